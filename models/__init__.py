@@ -1,0 +1,4 @@
+"""ppl-sbl models, one module per paper (installed as ``ppl_sbl.models``).
+
+* :mod:`ppl_sbl.models.rvm`: the variational relevance vector machine (Bishop & Tipping 2000).
+"""

@@ -1,0 +1,38 @@
+"""ppl-sbl: sparse Bayesian learning as NumPyro programs with closed-form variational guides.
+
+Models live in ``ppl_sbl.models`` (one module per paper); this package is the engine they share:
+closed-form CAVI (:class:`CAVI`), the guide check against NumPyro's Monte Carlo ELBO
+(:func:`check_guide`), model comparison by ELBO (:func:`compare`), ArviZ export, scikit-learn
+style estimators, bases and data sets. float64 is switched on at import.
+"""
+import jax as _jax
+
+_jax.config.update("jax_enable_x64", True)
+
+from . import basis, bounds, datasets, expfam, gaussian  # noqa: E402
+from .arviz import compare, plot_elbo_trace, plot_relevance, to_inference_data  # noqa: E402
+from .diagnostics import GuideCheck, check_guide  # noqa: E402
+from .estimators import RVC, RVR  # noqa: E402
+from .inference import CAVI, CAVIResult, ClosedFormGuide, closed_form_guide, fit  # noqa: E402
+
+__all__ = [
+    "CAVI",
+    "CAVIResult",
+    "ClosedFormGuide",
+    "closed_form_guide",
+    "fit",
+    "check_guide",
+    "GuideCheck",
+    "compare",
+    "to_inference_data",
+    "plot_elbo_trace",
+    "plot_relevance",
+    "RVR",
+    "RVC",
+    "basis",
+    "bounds",
+    "datasets",
+    "expfam",
+    "gaussian",
+]
+__version__ = "0.1.0"

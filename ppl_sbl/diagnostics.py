@@ -1,0 +1,80 @@
+"""``check_guide``: does the analytic ELBO of a fitted guide match NumPyro's own estimate?
+
+NumPyro's ``Trace_ELBO`` draws from the guide built from the fitted state, replays the model,
+and averages ln p(t, z) - ln q(z). With no local bound the analytic ELBO must equal that
+average up to Monte Carlo error; with a local bound (Jaakkola-Jordan) the analytic objective is
+a lower bound on it, and the quadrature ``elbo_exact`` must equal it. An edited model whose
+guide no longer matches fails this check.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.infer import Trace_ELBO
+
+__all__ = ["GuideCheck", "check_guide", "monte_carlo_elbo"]
+
+
+class GuideCheck(NamedTuple):
+    """Result of :func:`check_guide`.
+
+    elbo: the analytic objective; elbo_exact: the quadrature ELBO (local bounds only);
+    monte_carlo: NumPyro's Trace_ELBO estimate; standard_error: its standard error;
+    bound: the local bound in use; passed: the verdict; message: what was compared.
+    """
+
+    elbo: float
+    elbo_exact: Optional[float]
+    monte_carlo: float
+    standard_error: float
+    num_particles: int
+    bound: str
+    passed: bool
+    message: str
+
+    def __repr__(self):
+        return f"GuideCheck(passed={self.passed}: {self.message})"
+
+
+def monte_carlo_elbo(model, guide, *args, num_particles=4000, seed=0, **kwargs):
+    """Per-particle ``Trace_ELBO`` values (one particle each) of ``model``/``guide``: (num_particles,)."""
+    elbo = Trace_ELBO(num_particles=1)
+
+    def one(key):
+        return -elbo.loss(key, {}, model, guide, *args, **kwargs)
+
+    keys = jax.random.split(jax.random.PRNGKey(seed), int(num_particles))
+    return np.asarray(jax.jit(jax.vmap(one))(keys))
+
+
+def check_guide(result, num_particles: int = 4000, seed: int = 0, num_se: float = 4.0, rtol: float = 1e-8):
+    """Compare a fitted result's analytic ELBO with NumPyro's Monte Carlo ``Trace_ELBO``.
+
+    Verdict: with no local bound, |elbo - MC| <= num_se * SE (+ rtol |elbo| for guides with no
+    Monte Carlo spread); with a local bound, elbo <= MC + num_se * SE and
+    |elbo_exact - MC| <= num_se * SE.
+    """
+    values = monte_carlo_elbo(
+        result.model, result.guide, *result.args, num_particles=num_particles, seed=seed, **result.kwargs
+    )
+    mc = float(np.mean(values))
+    se = float(np.std(values, ddof=1) / np.sqrt(len(values)))
+    elbo = result.elbo
+    slack = num_se * se + rtol * max(1.0, abs(elbo))
+    bound = result.bound
+    exact = result.elbo_exact
+    if bound == "none":
+        passed = abs(elbo - mc) <= slack
+        message = f"analytic {elbo:.4f} vs Monte Carlo {mc:.4f} +- {se:.4f} (z = {(elbo - mc) / max(se, 1e-300):.2f})"
+    else:
+        below = elbo <= mc + slack
+        equal = exact is not None and abs(exact - mc) <= slack
+        passed = below and equal
+        message = (
+            f"{bound} bound {elbo:.4f} <= Monte Carlo {mc:.4f} +- {se:.4f}: {below}; "
+            f"quadrature ELBO {exact:.4f} equals it: {equal}"
+        )
+    return GuideCheck(elbo, exact, mc, se, int(num_particles), bound, bool(passed), message)
