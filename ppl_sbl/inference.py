@@ -243,7 +243,9 @@ class CAVI:
         if bar is None and (show or time.perf_counter() - start > 2.0):
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=int(self.max_sweeps), initial=i + 1, desc="CAVI", unit="sweep")
+            # progress_bar=None: only on a terminal (tqdm's disable=None), after two seconds
+            bar = tqdm(total=int(self.max_sweeps), initial=i + 1, desc="CAVI", unit="sweep",
+                       disable=None if show is None else False, mininterval=0.5)
         if bar is not None:
             bar.update(1)
             bar.set_postfix(elbo=f"{value:.4f}", refresh=False)

@@ -1,0 +1,286 @@
+"""The variational RVM: every check against an answer computed another way."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.special import digamma, gammaln, log_expit
+
+import ppl_sbl
+from ppl_sbl import gaussian
+from ppl_sbl.models import rvm
+
+from problems import random_classification, random_regression
+
+LOG2PI = np.log(2 * np.pi)
+
+
+# ---------------------------------------------------------------------------------------------
+# An independent NumPy transcription of Bishop & Tipping (2000) for the tests
+# ---------------------------------------------------------------------------------------------
+def _gamma_terms(a, b, a0, b0):
+    """E_q[ln Gamma(x|a0,b0)] + H[Gamma(a,b)], summed."""
+    e, elog = a / b, digamma(a) - np.log(b)
+    logp = a0 * np.log(b0) - gammaln(a0) + (a0 - 1) * elog - b0 * e
+    ent = a - np.log(b) + gammaln(a) + (1 - a) * digamma(a)
+    return np.sum(logp + ent)
+
+
+def numpy_regression(Phi, t, sweeps, a0=1e-6, b0=1e-6, e0=1e-6, f0=1e-6):
+    N, M = Phi.shape
+    a, b, e, f = np.full(M, a0), np.full(M, b0), e0, f0
+    elbos = []
+    for _ in range(sweeps):
+        Sigma = np.linalg.inv(np.diag(a / b) + (e / f) * Phi.T @ Phi)
+        mu = (e / f) * Sigma @ Phi.T @ t
+        Ew2 = mu**2 + np.diag(Sigma)
+        a, b = a0 + 0.5, b0 + 0.5 * Ew2
+        sq = np.sum((t - Phi @ mu) ** 2) + np.trace(Phi.T @ Phi @ Sigma)
+        e, f = e0 + N / 2, f0 + sq / 2
+        ea, ela = a / b, digamma(a) - np.log(b)
+        eg, elg = e / f, digamma(e) - np.log(f)
+        elbo = (N / 2 * (elg - LOG2PI) - eg / 2 * sq
+                + np.sum(0.5 * (ela - LOG2PI - ea * Ew2))
+                + _gamma_terms(a, b, a0, b0) + _gamma_terms(np.array([e]), np.array([f]), e0, f0)
+                + 0.5 * M * (1 + LOG2PI) + 0.5 * np.linalg.slogdet(Sigma)[1])
+        elbos.append(elbo)
+    return dict(mu=mu, Sigma=Sigma, a=a, b=b, e=e, f=f, elbo=np.array(elbos))
+
+
+def numpy_classification(Phi, t, sweeps, a0=1e-6, b0=1e-6):
+    N, M = Phi.shape
+    a, b, xi = np.full(M, a0), np.full(M, b0), np.ones(N)
+    lam = lambda x: np.tanh(x / 2) / (4 * x)
+    elbos = []
+    for _ in range(sweeps):
+        Sigma = np.linalg.inv(np.diag(a / b) + 2 * Phi.T @ (lam(xi)[:, None] * Phi))
+        mu = Sigma @ Phi.T @ (t - 0.5)
+        Ew2 = mu**2 + np.diag(Sigma)
+        a, b = a0 + 0.5, b0 + 0.5 * Ew2
+        m, v = Phi @ mu, np.einsum("nk,kl,nl->n", Phi, Sigma, Phi)
+        xi = np.sqrt(m**2 + v)
+        ea, ela = a / b, digamma(a) - np.log(b)
+        jj = log_expit(xi) + ((2 * t - 1) * m - xi) / 2 - lam(xi) * (m**2 + v - xi**2)
+        elbo = (np.sum(jj) + np.sum(0.5 * (ela - LOG2PI - ea * Ew2)) + _gamma_terms(a, b, a0, b0)
+                + 0.5 * M * (1 + LOG2PI) + 0.5 * np.linalg.slogdet(Sigma)[1])
+        elbos.append(elbo)
+    return dict(mu=mu, Sigma=Sigma, a=a, b=b, xi=xi, elbo=np.array(elbos))
+
+
+def _cavi(model, *args, **kw):
+    opts = dict(progress_bar=False)
+    opts.update({k: kw.pop(k) for k in list(kw) if k in ("tol", "max_sweeps", "prune", "prune_threshold")})
+    return ppl_sbl.CAVI(model, **opts).run(*args, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Updates and ELBO equal the independent transcription
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", [0, 1])
+def test_regression_sweeps_and_elbo_equal_numpy_transcription(seed):
+    Phi, t = random_regression(seed)
+    res = _cavi(rvm.regression, Phi, t, max_sweeps=12, tol=1e-300, prune=False)
+    ref = numpy_regression(Phi, t, 12)
+    np.testing.assert_allclose(res.elbo_trace, ref["elbo"], rtol=1e-9)
+    np.testing.assert_allclose(res.state.w.mean, ref["mu"], rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(gaussian.full_covariance(res.state.w), ref["Sigma"], rtol=1e-7, atol=1e-12)
+    np.testing.assert_allclose(res.state.alpha_rate, ref["b"], rtol=1e-8)
+    np.testing.assert_allclose(res.state.gamma_rate, ref["f"], rtol=1e-8)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_classification_sweeps_and_elbo_equal_numpy_transcription(seed):
+    Phi, t = random_classification(seed)
+    res = _cavi(rvm.classification, Phi, t, max_sweeps=12, tol=1e-300, prune=False)
+    ref = numpy_classification(Phi, t, 12)
+    np.testing.assert_allclose(res.elbo_trace, ref["elbo"], rtol=1e-9)
+    np.testing.assert_allclose(res.state.w.mean, ref["mu"], rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(res.state.xi, ref["xi"], rtol=1e-8)
+
+
+# ---------------------------------------------------------------------------------------------
+# The ELBO never decreases
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("prior", [1e-6, 1e-2, 1.0])
+def test_elbo_never_decreases_regression(seed, prior):
+    Phi, t = random_regression(seed, N=30, M=12, scale=[1.0, 1e-3, 1e3, 1.0][seed])
+    res = _cavi(rvm.regression, Phi, t, a0=prior, b0=prior, e0=prior, f0=prior, prune=False, max_sweeps=400)
+    steps = np.diff(res.elbo_trace)
+    assert np.all(steps >= -1e-9 * np.abs(res.elbo_trace[1:])), steps.min()
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("prior", [1e-6, 1e-2, 1.0])
+def test_elbo_never_decreases_classification(seed, prior):
+    Phi, t = random_classification(seed)
+    res = _cavi(rvm.classification, Phi, t, a0=prior, b0=prior, prune=False, max_sweeps=400)
+    steps = np.diff(res.elbo_trace)
+    assert np.all(steps >= -1e-9 * np.abs(res.elbo_trace[1:])), steps.min()
+
+
+def test_each_update_is_a_stationary_point_of_the_elbo():
+    """After a sweep, the ELBO's gradient w.r.t. q(gamma)'s and q(alpha)'s rates is ~0 (their
+    updates come last) and, with the other factors fixed, re-running the q(w) step changes nothing."""
+    Phi, t = random_regression(3)
+    g = rvm.REGRESSION_GUIDE
+    data = g.prepare(Phi, t)
+    state = g.init(data)
+    for _ in range(5):
+        state = g.update(state, data)
+
+    def elbo_of(gamma_rate, alpha_rate):
+        return g.elbo(state._replace(gamma_rate=gamma_rate, alpha_rate=alpha_rate), data)
+
+    dg, da = jax.grad(elbo_of, argnums=(0, 1))(state.gamma_rate, state.alpha_rate)
+    assert abs(float(dg)) * float(state.gamma_rate) < 1e-8
+    assert np.max(np.abs(np.asarray(da) * np.asarray(state.alpha_rate))) < 1e-8
+
+
+# ---------------------------------------------------------------------------------------------
+# Analytic ELBO against NumPyro's Monte Carlo Trace_ELBO
+# ---------------------------------------------------------------------------------------------
+def test_check_guide_regression_equals_monte_carlo():
+    Phi, t = random_regression(5, N=30, M=6)
+    res = _cavi(rvm.regression, Phi, t)
+    check = ppl_sbl.check_guide(res, num_particles=4000)
+    assert check.passed, check.message
+    assert abs(check.elbo - check.monte_carlo) <= 4 * check.standard_error
+
+
+def test_check_guide_classification_bound_below_quadrature_equal():
+    Phi, t = random_classification(5)
+    res = _cavi(rvm.classification, Phi, t)
+    check = ppl_sbl.check_guide(res, num_particles=4000)
+    assert check.passed, check.message
+    assert res.elbo < res.elbo_exact  # the JJ bound is strictly below the ELBO of q
+    assert abs(res.elbo_exact - check.monte_carlo) <= 4 * check.standard_error
+
+
+def test_check_guide_detects_a_guide_that_does_not_match_the_model():
+    """Fit with one noise prior, evaluate the model with another: the check must fail."""
+    Phi, t = random_regression(6, N=30, M=6)
+    res = _cavi(rvm.regression, Phi, t, e0=1e-6, f0=1e-6)
+    res.kwargs = dict(e0=50.0, f0=0.01)  # an edited model whose guide was not re-derived
+    check = ppl_sbl.check_guide(res, num_particles=2000)
+    assert not check.passed
+
+
+# ---------------------------------------------------------------------------------------------
+# jit, plain and vmap agree; pruning
+# ---------------------------------------------------------------------------------------------
+def test_jitted_plain_and_vmapped_fits_agree():
+    problems = [random_regression(s, N=20, M=5) for s in range(3)]
+    g = rvm.REGRESSION_GUIDE
+    datas = [g.prepare(P, t) for P, t in problems]
+    jitted = [jax.jit(lambda d: ppl_sbl.fit(g, d, tol=1e-10, max_sweeps=300))(d) for d in datas]
+    with jax.disable_jit():
+        plain = ppl_sbl.fit(g, datas[0], tol=1e-10, max_sweeps=300)
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *datas)
+    vmapped = jax.jit(jax.vmap(lambda d: ppl_sbl.fit(g, d, tol=1e-10, max_sweeps=300)))(stacked)
+    for i, (state, elbo, sweeps, conv) in enumerate(jitted):
+        assert float(vmapped[1][i]) == pytest.approx(float(elbo), rel=1e-9)
+        np.testing.assert_allclose(vmapped[0].w.mean[i], state.w.mean, rtol=1e-7, atol=1e-10)
+    assert float(plain[1]) == pytest.approx(float(jitted[0][1]), rel=1e-9)
+    # and the Python-loop driver reaches the same optimum
+    res = _cavi(rvm.regression, *problems[0], tol=1e-10, prune=False)
+    assert res.elbo == pytest.approx(float(jitted[0][1]), rel=1e-8)
+
+
+def test_pruned_fit_moves_the_fixed_point_only_a_little():
+    d = ppl_sbl.datasets.sinc(60, 200, seed=1)
+    Phi = ppl_sbl.basis.rbf(d.X_train, delta=5.55, bias=True)
+    Phi_test = ppl_sbl.basis.rbf(d.X_test, d.X_train, delta=5.55, bias=True)
+    exact = _cavi(rvm.regression, Phi, d.t_train, prune=False)
+    pruned = _cavi(rvm.regression, Phi, d.t_train, prune=True, prune_threshold=1e-2)
+    # each pruned coefficient costs at most prune_threshold nats when it is frozen
+    assert pruned.elbo >= exact.elbo - 1e-2 * Phi.shape[1] - 1e-6
+    m0, _ = exact.predict(Phi_test)
+    m1, _ = pruned.predict(Phi_test)
+    assert np.sqrt(np.mean((np.asarray(m0) - np.asarray(m1)) ** 2)) < 0.02
+
+
+def test_freeze_cost_equals_brute_force_elbo_difference():
+    """The ELBO lost by freezing coefficient k, computed by refitting q(w) in the restricted family."""
+    Phi, t = random_regression(7, N=25, M=6)
+    g = rvm.REGRESSION_GUIDE
+    data = g.prepare(Phi, t)
+    state = g.init(data)
+    for _ in range(30):
+        state = g.update(state, data)
+    prior, h = g.relevance(state, data)
+    # recompute q(w) with the current q(alpha), q(gamma) (its optimum), then freeze k by hand
+    base_w = gaussian.init_active_gaussian(6)
+    eg = state.gamma_shape / state.gamma_rate
+
+    def q_w(q):
+        return gaussian.update_active_gaussian(q, prior, eg * gaussian.gather_gram(data.gram, q.index),
+                                               eg * jnp.take(data.phi_t, q.index, mode="fill", fill_value=0.0),
+                                               eg * data.col_sq)
+
+    full = q_w(base_w)
+    cost = np.asarray(gaussian.freeze_cost(full, prior, h))
+    f_full = float(g.elbo(state._replace(w=full), data))
+    for k in range(6):
+        # freeze exactly k: take it out of the index, independent zero-mean factor
+        idx = np.asarray(full.index).copy()
+        idx[k] = 6
+        fv = np.zeros(6)
+        fv[k] = 1.0 / (float(prior[k]) + float(h[k]))
+        q = gaussian.ActiveGaussian(full.mean, full.cov, jnp.asarray(idx, dtype=full.index.dtype), jnp.asarray(fv), full.log_det)
+        restricted = q_w(q)
+        drop = f_full - float(g.elbo(state._replace(w=restricted), data))
+        assert drop == pytest.approx(cost[k], rel=1e-6, abs=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# Against NUTS and scikit-learn
+# ---------------------------------------------------------------------------------------------
+def test_posterior_means_agree_with_nuts_on_a_well_determined_problem():
+    """N = 200 points, 3 coefficients, informative hyperpriors: the posterior of w is nearly Gaussian
+    and only weakly coupled to alpha and gamma, so the mean-field means differ from the exact ones
+    by a small fraction of a posterior standard deviation. NUTS's Monte Carlo error on a mean is
+    about sd/sqrt(ESS) ~ 0.03 sd with 2000 draws; we allow 0.2 posterior sd for both together."""
+    from numpyro.infer import MCMC, NUTS
+
+    r = np.random.default_rng(11)
+    N = 200
+    Phi = np.column_stack([np.ones(N), r.standard_normal((N, 2))])
+    w_true = np.array([0.5, -1.0, 2.0])
+    t = Phi @ w_true + 0.5 * r.standard_normal(N)
+    hyper = dict(a0=2.0, b0=2.0, e0=2.0, f0=0.5)
+    res = _cavi(rvm.regression, Phi, t, **hyper)
+    mcmc = MCMC(NUTS(rvm.regression), num_warmup=500, num_samples=2000, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), Phi, t, **hyper)
+    s = mcmc.get_samples()
+    w_nuts = np.asarray(s["w"])
+    sd = w_nuts.std(0)
+    # posterior sd of w is ~0.035; NUTS Monte Carlo error of the mean ~sd/sqrt(ESS) ~ 1e-3
+    np.testing.assert_allclose(res.state.w.mean, w_nuts.mean(0), atol=0.2 * sd.max())
+    e_gamma = float(res.state.gamma_shape / res.state.gamma_rate)
+    assert e_gamma == pytest.approx(float(np.mean(s["gamma"])), rel=0.05)
+
+
+def test_rvr_rmse_on_sinc_at_most_sklearn_ard():
+    from sklearn.linear_model import ARDRegression
+
+    d = ppl_sbl.datasets.sinc()
+    Phi = ppl_sbl.basis.rbf(d.X_train, delta=5.55, bias=True)
+    Phi_test = ppl_sbl.basis.rbf(d.X_test, d.X_train, delta=5.55, bias=True)
+    ours = ppl_sbl.RVR(delta=5.55, progress_bar=False).fit(d.X_train, d.t_train)
+    rmse = np.sqrt(np.mean((ours.predict(d.X_test) - d.t_test) ** 2))
+    ard = ARDRegression().fit(Phi, d.t_train)
+    rmse_ard = np.sqrt(np.mean((ard.predict(Phi_test) - d.t_test) ** 2))
+    assert rmse <= rmse_ard, (rmse, rmse_ard)
+    assert 0 < ours.relevant_.sum() < 30
+
+
+def test_rvc_on_ripley_any_labels_and_probabilities():
+    d = ppl_sbl.datasets.ripley()
+    labels = np.where(d.t_train > 0, "yes", "no")
+    clf = ppl_sbl.RVC(delta=2.0, progress_bar=False).fit(d.X_train, labels)
+    proba = clf.predict_proba(d.X_test)
+    assert proba.shape == (1000, 2)
+    np.testing.assert_allclose(proba.sum(1), 1.0)
+    acc = clf.score(d.X_test, np.where(d.t_test > 0, "yes", "no"))
+    assert acc > 0.85  # Bayes error of this problem is about 8%
+    assert set(clf.predict(d.X_test[:20])) <= {"yes", "no"}
