@@ -1,0 +1,194 @@
+"""Bad input, edge cases, and the public surface (compare, ArviZ, CLI, datasets, install)."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ppl_sbl
+from ppl_sbl.models import rvm
+
+from problems import random_classification, random_regression
+
+
+def _fit(model, *args, **kw):
+    return ppl_sbl.CAVI(model, progress_bar=False, max_sweeps=kw.pop("max_sweeps", 2000)).run(*args, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: a ValueError naming the argument
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "model,args,kwargs,match",
+    [
+        (rvm.regression, (np.array([[1.0, np.nan], [0.0, 1.0]]), np.ones(2)), {}, "`Phi`.*NaN"),
+        (rvm.regression, (np.eye(2), np.array([1.0, np.inf])), {}, "`t`.*NaN or infinite"),
+        (rvm.regression, (np.eye(3), np.ones(2)), {}, "`t` has 2 entries but `Phi` has 3 rows"),
+        (rvm.regression, (np.ones(3), np.ones(3)), {}, "`Phi` must be 2-dimensional"),
+        (rvm.regression, (np.zeros((0, 2)), np.zeros(0)), {}, "`Phi` is empty"),
+        (rvm.regression, (np.eye(2), None), {}, "`t` is required"),
+        (rvm.regression, (np.eye(2), np.ones(2)), {"a0": 0.0}, "`a0` must be a finite number > 0"),
+        (rvm.regression, (np.eye(2), np.ones(2)), {"f0": -1.0}, "`f0`"),
+        (rvm.regression, (np.eye(2), np.ones(2)), {"b0": np.nan}, "`b0`"),
+        (rvm.classification, (np.eye(3), np.array([0.0, 1.0, 2.0])), {}, "`t` must hold labels 0 or 1"),
+        (rvm.classification, (np.eye(3), np.array([-1.0, 1.0, 1.0])), {}, "ppl_sbl.RVC"),
+        (rvm.regression, (np.eye(3), np.ones(3)), {"groups": np.array([0, 2, 2])}, "`groups`"),
+    ],
+)
+def test_bad_input_raises_a_value_error_naming_the_argument(model, args, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        _fit(model, *args, **kwargs)
+
+
+def test_estimator_bad_input():
+    X = np.random.default_rng(0).standard_normal((10, 2))
+    with pytest.raises(ValueError, match="exactly two classes"):
+        ppl_sbl.RVC().fit(X, np.arange(10) % 3)
+    with pytest.raises(ValueError, match="not fitted"):
+        ppl_sbl.RVR().predict(X)
+    with pytest.raises(ValueError, match="`X` has 3 features"):
+        ppl_sbl.RVR(progress_bar=False, max_sweeps=20).fit(X, X[:, 0]).predict(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="`delta`"):
+        ppl_sbl.basis.rbf(X, delta=-1.0)
+    with pytest.raises(ValueError, match="`tol`"):
+        ppl_sbl.CAVI(rvm.regression, tol=0.0)
+
+
+def test_model_without_guide_is_refused_with_a_hint():
+    def my_model(Phi, t=None):
+        pass
+
+    with pytest.raises(ValueError, match="closed_form_guide"):
+        ppl_sbl.CAVI(my_model)
+
+
+# ---------------------------------------------------------------------------------------------
+# Edge cases: no NaN, no crash
+# ---------------------------------------------------------------------------------------------
+def _finite(res):
+    assert np.isfinite(res.elbo)
+    assert np.all(np.isfinite(res.elbo_trace))
+    assert np.all(np.isfinite(np.asarray(res.state.w.mean)))
+
+
+@pytest.mark.parametrize("model,problem", [(rvm.regression, random_regression), (rvm.classification, random_classification)])
+def test_edge_cases_stay_finite(model, problem):
+    Phi, t = problem(2)
+    _finite(_fit(model, np.column_stack([Phi, Phi[:, :2]]), t))  # duplicate columns
+    _finite(_fit(model, np.column_stack([Phi, np.full(len(t), 3.0)]), t))  # constant column
+    _finite(_fit(model, Phi[:1], t[:1]))  # N = 1
+    wide = np.random.default_rng(0).standard_normal((len(t), 150))
+    _finite(_fit(model, wide, t, max_sweeps=100))  # M >> N
+    for scale in (1e-6, 1e6):
+        _finite(_fit(model, Phi * scale, t))
+
+
+def test_relevance_rule_is_scale_free():
+    """Phi -> c Phi with b0 -> b0 / c^2 is the same model for w / c (alpha -> c^2 alpha): the relevant mask (a ratio of
+    precisions) and the predictions must not change, unlike a threshold on E[alpha] itself."""
+    Phi, t = random_regression(4, N=40, M=10)
+    c = 1e3
+    base = _fit(rvm.regression, Phi, t, b0=1e-4)
+    scaled = _fit(rvm.regression, Phi * c, t, b0=1e-4 / c**2)
+    assert 0 < base.relevant.sum() < 10
+    np.testing.assert_array_equal(base.relevant, scaled.relevant)
+    np.testing.assert_allclose(base.precision_ratio, scaled.precision_ratio, rtol=1e-5)
+    np.testing.assert_allclose(base.predict(Phi)[0], scaled.predict(Phi * c)[0], rtol=1e-6, atol=1e-8)
+
+
+# ---------------------------------------------------------------------------------------------
+# compare, ArviZ, sampling, prediction shapes
+# ---------------------------------------------------------------------------------------------
+def test_compare_table_ranks_by_elbo_and_weights_sum_to_one():
+    Phi, t = random_regression(1, N=30, M=8)
+    results = {"ard": _fit(rvm.regression, Phi, t), "ridge": _fit(rvm.regression, Phi, t, groups=np.zeros(8, int))}
+    table = ppl_sbl.compare(results)
+    assert list(table.columns[:5]) == ["rank", "elbo", "elbo_exact", "d_elbo", "weight"]
+    assert table["elbo"].is_monotonic_decreasing
+    assert table["rank"].tolist() == [0, 1]
+    assert table["weight"].sum() == pytest.approx(1.0)
+    best, other = table["elbo"].iloc[0], table["elbo"].iloc[1]
+    assert table["weight"].iloc[1] == pytest.approx(1 / (1 + np.exp(best - other)))
+    assert table["d_elbo"].iloc[0] == 0.0
+
+
+def test_inference_data_has_posterior_loglik_and_elbo_trace():
+    import arviz as az
+
+    Phi, t = random_classification(3)
+    res = _fit(rvm.classification, Phi, t)
+    idata = res.to_inference_data(num_samples=300)
+    assert set(idata.posterior.data_vars) == {"alpha", "w"}
+    assert idata.posterior["w"].shape == (1, 300, Phi.shape[1])
+    assert idata.log_likelihood["t"].shape == (1, 300, len(t))
+    np.testing.assert_allclose(idata.sample_stats["elbo_trace"].values.ravel(), res.elbo_trace)
+    loo = az.loo(idata)
+    assert np.isfinite(loo.elpd_loo)
+    # the pointwise log-likelihood is the model's: check one entry by hand
+    w = idata.posterior["w"].values[0, 0]
+    logit = Phi[0] @ w
+    expected = t[0] * logit - np.logaddexp(0.0, logit)
+    assert idata.log_likelihood["t"].values[0, 0, 0] == pytest.approx(expected, rel=1e-8)
+
+
+def test_samples_follow_q():
+    Phi, t = random_regression(8, N=30, M=4)
+    res = _fit(rvm.regression, Phi, t)
+    draws = res.sample(0, 20000)
+    mean = np.asarray(res.state.w.mean)
+    se = np.sqrt(np.diag(np.asarray(ppl_sbl.gaussian.full_covariance(res.state.w))) / 20000)
+    assert np.all(np.abs(draws["w"].mean(0) - mean) < 5 * se)
+    assert draws["gamma"].mean() == pytest.approx(float(res.state.gamma_shape / res.state.gamma_rate), rel=0.03)
+
+
+def test_regression_predictive_variance_matches_sampling():
+    Phi, t = random_regression(9, N=30, M=4)
+    res = _fit(rvm.regression, Phi, t)
+    mean, var = res.predict(Phi[:3])
+    cov = np.asarray(ppl_sbl.gaussian.full_covariance(res.state.w))
+    direct = np.einsum("nk,kl,nl->n", Phi[:3], cov, Phi[:3]) + float(res.state.gamma_rate / res.state.gamma_shape)
+    np.testing.assert_allclose(var, direct, rtol=1e-10)
+    np.testing.assert_allclose(mean, Phi[:3] @ np.asarray(res.state.w.mean), rtol=1e-10)
+
+
+def test_classification_predict_is_probability_per_row():
+    Phi, t = random_classification(4)
+    res = _fit(rvm.classification, Phi, t)
+    p = np.asarray(res.predict(Phi))
+    assert p.shape == (len(t),)
+    assert np.all((p > 0) & (p < 1))
+    # E_q[sigma(phi w)] by sampling q
+    w = res.sample(1, 20000)["w"]
+    mc = (1 / (1 + np.exp(-(w @ Phi.T)))).mean(0)
+    np.testing.assert_allclose(p, mc, atol=0.01)
+
+
+# ---------------------------------------------------------------------------------------------
+# Datasets, the CLI and the installed layout
+# ---------------------------------------------------------------------------------------------
+def test_datasets_shapes_and_sources():
+    d = ppl_sbl.datasets.sinc(noise_features=3)
+    assert d.X_train.shape == (100, 4) and d.X_test.shape == (600, 4)
+    assert np.all(np.abs(d.t_train - np.sinc(d.X_train[:, 0] * 0 + 0) * 0 - d.t_train) == 0)
+    raw = ppl_sbl.datasets.sinc(normalize=False)
+    assert np.all(np.abs(raw.t_train - np.sinc(raw.X_train[:, 0] / np.pi)) <= 0.2)
+    r = ppl_sbl.datasets.ripley()
+    assert r.X_train.shape == (250, 2) and r.X_test.shape == (1000, 2)
+    assert r.t_train.sum() == 125 and r.t_test.sum() == 500
+
+
+def test_cli_compare_prints_the_elbo_table():
+    out = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "sinc", "--max-sweeps", "300"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "rvm (ARD)" in out.stdout and "ridge (shared precision)" in out.stdout
+    assert "elbo" in out.stdout and "test RMSE" in out.stdout
+    helptext = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--help"], capture_output=True, text=True)
+    assert "--dataset" in helptext.stdout and "--delta" in helptext.stdout
+
+
+def test_models_are_importable_as_ppl_sbl_models():
+    import importlib
+
+    mod = importlib.import_module("ppl_sbl.models.rvm")
+    assert mod.regression.closed_form_guide is mod.REGRESSION_GUIDE
