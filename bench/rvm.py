@@ -24,12 +24,10 @@ Usage::
 
 Timing notes
 ------------
-* ``CAVI.run`` jit-compiles its sweep inside every call (a fresh closure each call, and one
-  compilation per active-set bucket when pruning), so running it twice does not by itself
-  remove compilation. The benchmark therefore switches on JAX's persistent compilation cache
-  (a temporary directory, every compilation cached): the first run compiles and fills the
-  cache, the second run of the same problem only traces and loads compiled executables. The
-  first run is "CAVI incl. jit", the second "CAVI excl. jit" (tracing/lowering still counted).
+* ``CAVI`` compiles one sweep per guide and shape and reuses it across calls, so the first
+  ``run`` on a problem is "CAVI incl. jit" and a second ``run`` of the same problem is
+  "CAVI excl. jit". JAX's persistent compilation cache is also switched on (a temporary
+  directory), which only matters for the per-bucket shapes that pruning compiles.
 * SVI's clock counts only its optimisation steps: the ELBO estimates taken between chunks (to
   find when SVI first comes within 1 nat of our ELBO) are not counted.
 * Where a peer is skipped at some N (``--skip-ard-above``, ``--skip-svi-above``), its time is

@@ -41,7 +41,8 @@ def compare(results: dict, *, sort: bool = True) -> pd.DataFrame:
 
     Columns: rank, elbo, elbo_exact (NaN where the ELBO uses no local bound), d_elbo (difference
     to the best), weight (proportional to exp(elbo), i.e. the approximate posterior model
-    probability under equal prior odds), n_relevant, converged, bound.
+    probability under equal prior odds), n_relevant (the result's ``relevant`` mask), n_effective
+    (the number of well-determined parameters, sum_k 1 - E[alpha_k] Var[w_k]), converged, bound.
     """
     if not results:
         raise ValueError("`results` is empty; pass a dict {name: fitted result}.")
@@ -53,6 +54,7 @@ def compare(results: dict, *, sort: bool = True) -> pd.DataFrame:
             "elbo": float(res.elbo),
             "elbo_exact": np.nan if exact is None else float(exact),
             "n_relevant": -1 if relevant is None else int(np.sum(relevant)),
+            "n_effective": float(getattr(res, "effective_parameters", np.nan)),
             "converged": bool(getattr(res, "converged", True)),
             "bound": getattr(res, "bound", "none"),
         }
@@ -64,7 +66,7 @@ def compare(results: dict, *, sort: bool = True) -> pd.DataFrame:
     if sort:
         table = table.sort_values("elbo", ascending=False)
     table.insert(0, "rank", np.argsort(np.argsort(-table["elbo"].to_numpy())))
-    return table[["rank", "elbo", "elbo_exact", "d_elbo", "weight", "n_relevant", "converged", "bound"]]
+    return table[["rank", "elbo", "elbo_exact", "d_elbo", "weight", "n_relevant", "n_effective", "converged", "bound"]]
 
 
 def plot_elbo_trace(result, ax=None, **kwargs):

@@ -47,36 +47,82 @@ __all__ = [
     "compact",
     "num_active",
     "bucket_size",
+    "low_rank_factor",
+    "covariance_diagonal",
+    "covariance_matmul",
+    "dense_covariance",
+    "freeze_cost",
+    "conditional_data_precision",
 ]
 
 
 class ActiveGaussian(NamedTuple):
-    """q(w) = N(mean_A, cov) x prod_{k pruned} N(0, frozen_var_k).
+    """q(w) = N(mean_A, Sigma_A) x prod_{k pruned} N(0, frozen_var_k).
 
     mean:        (M,) float64, E[w]; zero on pruned coefficients.
-    cov:         (B, B) float64, covariance of the active slots (identity on padding slots).
+    cov:         dense form: (B, B) Sigma_A itself (identity on padding slots);
+                 factored form (low-rank designs): (r, B) Z with Sigma_A = diag(base) - Z^T Z.
+    base:        (B,) in the factored form, (0,) in the dense form.
     index:       (B,) int32, coefficient held by each slot; M marks a padding slot.
     frozen_var:  (M,) float64, variance of each pruned coefficient; zero where active.
-    log_det:     () float64, ln|cov| over the active slots.
+    log_det:     () float64, ln|Sigma_A| over the active slots.
+
+    Use :func:`covariance_diagonal`, :func:`covariance_matmul` and :func:`dense_covariance`
+    rather than reading ``cov`` directly.
     """
 
     mean: jax.Array
     cov: jax.Array
+    base: jax.Array
     index: jax.Array
     frozen_var: jax.Array
     log_det: jax.Array
 
 
-def init_active_gaussian(num_coefficients: int, dtype=jnp.float64) -> ActiveGaussian:
-    """Every coefficient active, q(w) = N(0, I) (a placeholder: the first sweep replaces it)."""
+def init_active_gaussian(num_coefficients: int, rank=None, dtype=jnp.float64) -> ActiveGaussian:
+    """Every coefficient active, q(w) = N(0, I) (a placeholder: the first sweep replaces it).
+
+    ``rank`` selects the factored form used with a rank-``rank`` data precision.
+    """
     m = num_coefficients
+    if rank is None:
+        cov, base = jnp.eye(m, dtype=dtype), jnp.zeros(0, dtype)
+    else:
+        cov, base = jnp.zeros((int(rank), m), dtype), jnp.ones(m, dtype)
     return ActiveGaussian(
         mean=jnp.zeros(m, dtype),
-        cov=jnp.eye(m, dtype=dtype),
+        cov=cov,
+        base=base,
         index=jnp.arange(m, dtype=jnp.int32),
         frozen_var=jnp.zeros(m, dtype),
         log_det=jnp.zeros((), dtype),
     )
+
+
+def _factored(q: ActiveGaussian) -> bool:
+    return q.base.shape[0] > 0
+
+
+def covariance_diagonal(q: ActiveGaussian):
+    """diag(Sigma_A), shape (B,)."""
+    if _factored(q):
+        return q.base - jnp.sum(q.cov**2, axis=0)
+    return jnp.diag(q.cov)
+
+
+def covariance_matmul(q: ActiveGaussian, x):
+    """Sigma_A @ x for x of shape (B,) or (B, k)."""
+    if _factored(q):
+        zx = q.cov @ x
+        return (q.base * x.T).T - q.cov.T @ zx
+    return q.cov @ x
+
+
+def dense_covariance(q: ActiveGaussian):
+    """Sigma_A as a (B, B) matrix."""
+    if _factored(q):
+        return jnp.diag(q.base) - q.cov.T @ q.cov
+    return q.cov
 
 
 def _valid(q: ActiveGaussian):
@@ -94,8 +140,23 @@ def gather_gram(gram, index):
     return jnp.take(g, index, axis=1, mode="fill", fill_value=0.0)
 
 
+def low_rank_factor(gram, rtol=1e-13):
+    """F with gram ~= F F^T, keeping the eigenvalues above ``rtol`` times the largest, or ``None``
+    when that rank exceeds a third of the size (then the dense update is cheaper).
+
+    Eigenvalues below ~1e-13 of the largest are rounding noise of the Gram matrix itself in
+    float64, so the truncation changes no digit that the dense computation can resolve.
+    """
+    g = np.asarray(gram)
+    values, vectors = np.linalg.eigh(g)
+    keep = values > rtol * max(values[-1], 0.0)
+    if keep.sum() == 0 or keep.sum() > g.shape[0] // 3:
+        return None
+    return vectors[:, keep] * np.sqrt(values[keep])
+
+
 def update_active_gaussian(
-    q: ActiveGaussian, prior_precision, data_precision, data_linear, data_precision_diag
+    q: ActiveGaussian, prior_precision, data_precision, data_linear, data_precision_diag, data_factor=None
 ) -> ActiveGaussian:
     """Closed-form update of q(w) on the active slots (grid RVM eq. (15)-(16)).
 
@@ -105,38 +166,56 @@ def update_active_gaussian(
         Current factor; only its active set (``index``, ``frozen_var`` pattern) is used.
     prior_precision : (M,) array
         Diagonal prior precision P_k = E[alpha_k] (or a product/sum of precisions).
-    data_precision : (B, B) array
-        Phi_A^T W Phi_A on the slots (zero rows/columns for padding).
+    data_precision : (B, B) array, or a function returning it
+        Phi_A^T W Phi_A on the slots (zero rows/columns for padding); a function is called only
+        when ``data_factor`` is not given.
     data_linear : (B,) array
         Phi_A^T r on the slots (zero for padding).
     data_precision_diag : (M,) array
         h_k = sum_n W_n phi_nk^2 for every coefficient (used for the pruned ones).
+    data_factor : (B, r) array, optional
+        F with F F^T = ``data_precision`` and r << B (a low-rank design). Then
+        Sigma = D - D F (I_r + F^T D F)^-1 F^T D with D = diag(P)^-1 (Woodbury), and
+        ln|Sigma| = -sum ln P - ln|I_r + F^T D F| (determinant lemma): O(B^2 r), not O(B^3).
     """
     m = q.mean.shape[0]
     valid = _valid(q)
     p_slot = jnp.where(valid, jnp.take(prior_precision, q.index, mode="fill", fill_value=1.0), 1.0)
-    # Sigma^-1 = diag(P) + Phi^T W Phi  (eq. (15)); Jacobi-scaled so that the Cholesky factor is
-    # insensitive to the scale of each basis function.
-    precision = data_precision + jnp.diag(p_slot)
-    d = 1.0 / jnp.sqrt(jnp.diag(precision))
-    chol = jnp.linalg.cholesky(precision * d[:, None] * d[None, :])
-    inv_scaled = jax.scipy.linalg.cho_solve((chol, True), jnp.eye(chol.shape[0], dtype=chol.dtype))
-    cov = inv_scaled * d[:, None] * d[None, :]
-    cov = 0.5 * (cov + cov.T)
+    if data_factor is None:
+        if callable(data_precision):
+            data_precision = data_precision()
+        # Sigma^-1 = diag(P) + Phi^T W Phi  (eq. (15)); Jacobi-scaled so that the Cholesky factor
+        # is insensitive to the scale of each basis function.
+        precision = data_precision + jnp.diag(p_slot)
+        d = 1.0 / jnp.sqrt(jnp.diag(precision))
+        chol = jnp.linalg.cholesky(precision * d[:, None] * d[None, :])
+        inv_scaled = jax.scipy.linalg.cho_solve((chol, True), jnp.eye(chol.shape[0], dtype=chol.dtype))
+        cov = inv_scaled * d[:, None] * d[None, :]
+        cov = 0.5 * (cov + cov.T)
+        base = q.base
+        log_det = 2.0 * jnp.sum(jnp.log(d)) - 2.0 * jnp.sum(jnp.log(jnp.diag(chol)))
+    else:
+        # the same Sigma by Woodbury: (D^-1 + F F^T)^-1 = D - D F (I + F^T D F)^-1 F^T D, kept in
+        # factored form diag(D) - Z^T Z with Z = L^-1 (D F)^T, L L^T = I + F^T D F
+        base = 1.0 / p_slot
+        scaled = data_factor * base[:, None]  # D F, (B, r)
+        inner = jnp.eye(data_factor.shape[1], dtype=scaled.dtype) + data_factor.T @ scaled
+        chol = jnp.linalg.cholesky(inner)
+        cov = jax.scipy.linalg.solve_triangular(chol, scaled.T, lower=True)  # Z, (r, B)
+        log_det = jnp.sum(jnp.log(base)) - 2.0 * jnp.sum(jnp.log(jnp.diag(chol)))
     # mu = Sigma Phi^T r  (eq. (16))
-    mean_slot = cov @ data_linear
-    log_det = 2.0 * jnp.sum(jnp.log(d)) - 2.0 * jnp.sum(jnp.log(jnp.diag(chol)))
+    mean_slot = covariance_matmul(q._replace(cov=cov, base=base), data_linear)
     mean = jnp.zeros(m, cov.dtype).at[q.index].set(jnp.where(valid, mean_slot, 0.0), mode="drop")
     # s_k^2 = 1 / (P_k + h_k) for the pruned coefficients (coordinate update in the restricted family)
     frozen = q.frozen_var > 0
     frozen_var = jnp.where(frozen, 1.0 / (prior_precision + data_precision_diag), 0.0)
-    return ActiveGaussian(mean, cov, q.index, frozen_var, log_det)
+    return ActiveGaussian(mean, cov, base, q.index, frozen_var, log_det)
 
 
 def second_moments(q: ActiveGaussian):
     """E[w_k^2] = mu_k^2 + Sigma_kk for all M coefficients (pruned ones: s_k^2)."""
     valid = _valid(q)
-    var = jnp.zeros_like(q.mean).at[q.index].set(jnp.where(valid, jnp.diag(q.cov), 0.0), mode="drop")
+    var = jnp.zeros_like(q.mean).at[q.index].set(jnp.where(valid, covariance_diagonal(q), 0.0), mode="drop")
     return q.mean**2 + var + q.frozen_var
 
 
@@ -144,7 +223,7 @@ def linear_moments(q: ActiveGaussian, Phi):
     """Mean and variance of x_n = phi_n^T w under q: (Phi mu, diag(Phi Sigma Phi^T))."""
     phi_a = gather_columns(Phi, q.index)
     mean = Phi @ q.mean
-    var = jnp.einsum("nb,bc,nc->n", phi_a, q.cov, phi_a) + (Phi**2) @ q.frozen_var
+    var = jnp.sum(phi_a * covariance_matmul(q, phi_a.T).T, axis=1) + (Phi**2) @ q.frozen_var
     return mean, var
 
 
@@ -160,7 +239,7 @@ def full_covariance(q: ActiveGaussian):
     """The (M, M) covariance of q(w), for guides, sampling and prediction on small problems."""
     m = q.mean.shape[0]
     valid = _valid(q)
-    cov = jnp.where(valid[:, None] & valid[None, :], q.cov, 0.0)
+    cov = jnp.where(valid[:, None] & valid[None, :], dense_covariance(q), 0.0)
     full = jnp.zeros((m, m), q.cov.dtype).at[q.index[:, None], q.index[None, :]].set(cov, mode="drop")
     return full + jnp.diag(q.frozen_var)
 
@@ -181,7 +260,7 @@ def freeze_cost(q: ActiveGaussian, prior_precision, data_precision_diag):
     p_slot = jnp.take(prior_precision, q.index, mode="fill", fill_value=1.0)
     h_slot = jnp.take(data_precision_diag, q.index, mode="fill", fill_value=0.0)
     mean_slot = jnp.take(q.mean, q.index, mode="fill", fill_value=0.0)
-    var = jnp.diag(q.cov)
+    var = covariance_diagonal(q)
     cost = 0.5 * mean_slot**2 / var + 0.5 * jnp.log(jnp.maximum((p_slot + h_slot) * var, 1.0))
     return jnp.where(valid, cost, jnp.inf)
 
@@ -200,9 +279,9 @@ def prune(q: ActiveGaussian, prior_precision, data_precision_diag, threshold) ->
     frozen_var = q.frozen_var.at[target].set(1.0 / (p_slot + h_slot), mode="drop")
     mean = q.mean.at[target].set(0.0, mode="drop")
     index = jnp.where(drop, m, q.index).astype(q.index.dtype)
-    cov = jnp.where(drop[:, None] | drop[None, :], 0.0, q.cov) + jnp.diag(jnp.where(drop, 1.0, 0.0))
-    # cov and log_det of the remaining block are refreshed by the q(w) update that follows
-    return ActiveGaussian(mean, cov, index, frozen_var, q.log_det)
+    # the remaining slots keep their (marginal) covariance; cov and log_det are recomputed by the
+    # q(w) update that follows, which is the only consumer of a pruned state inside CAVI
+    return ActiveGaussian(mean, q.cov, q.base, index, frozen_var, q.log_det)
 
 
 def conditional_data_precision(q: ActiveGaussian, prior_precision, data_precision_diag):
@@ -215,7 +294,7 @@ def conditional_data_precision(q: ActiveGaussian, prior_precision, data_precisio
     m = q.mean.shape[0]
     valid = _valid(q)
     p_slot = jnp.take(prior_precision, q.index, mode="fill", fill_value=0.0)
-    cond_slot = jnp.maximum(1.0 / jnp.diag(q.cov) - p_slot, 0.0)
+    cond_slot = jnp.maximum(1.0 / covariance_diagonal(q) - p_slot, 0.0)
     cond = data_precision_diag.at[jnp.where(valid, q.index, m)].set(cond_slot, mode="drop")
     return cond
 
@@ -239,6 +318,12 @@ def compact(q: ActiveGaussian, size: int) -> ActiveGaussian:
         raise ValueError(f"cannot compact {len(slots)} active coefficients into {size} slots")
     pad = size - len(slots)
     new_index = np.concatenate([index[slots], np.full(pad, m, dtype=index.dtype)])
+    if _factored(q):  # padding slots: base 1, no low-rank part
+        z = np.zeros((q.cov.shape[0], size))
+        z[:, : len(slots)] = np.asarray(q.cov)[:, slots]
+        base = np.ones(size)
+        base[: len(slots)] = np.asarray(q.base)[slots]
+        return q._replace(cov=jnp.asarray(z), base=jnp.asarray(base), index=jnp.asarray(new_index))
     cov = np.asarray(q.cov)[np.ix_(slots, slots)]
     new_cov = np.eye(size, dtype=cov.dtype)
     new_cov[: len(slots), : len(slots)] = cov

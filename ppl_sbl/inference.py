@@ -119,6 +119,29 @@ def _compact_state(state, size):
     return state._replace(**{f: _gauss.compact(getattr(state, f), size) for f in fields})
 
 
+_SWEEPS = {}
+
+
+def _compiled_sweep(guide):
+    """One jitted sweep (update, then ELBO) per guide, compiled once per shape and reused."""
+    key = ("sweep", id(guide))
+    if key not in _SWEEPS:
+
+        def sweep(state, data):
+            state = guide.update(state, data)
+            return state, guide.elbo(state, data)
+
+        _SWEEPS[key] = (guide, jax.jit(sweep))
+    return _SWEEPS[key][1]
+
+
+def _compiled_prune(guide):
+    key = ("prune", id(guide))
+    if key not in _SWEEPS:
+        _SWEEPS[key] = (guide, jax.jit(lambda state, data, threshold: _prune_state(state, data, guide, threshold)))
+    return _SWEEPS[key][1]
+
+
 def _relative_change(new, old):
     return jnp.abs(new - old) / jnp.maximum(jnp.abs(new), 1e-300)
 
@@ -178,25 +201,15 @@ class CAVI:
         threshold = jnp.asarray(self.prune_threshold, dtype=jnp.float64)
         do_prune = bool(self.prune) and bool(_active_gaussians(state))
 
-        def sweep(state, data, allow_prune):
-            # one sweep of updates and its ELBO; pruning acts on the state handed to the next
-            # sweep, so the recorded ELBO always belongs to an updated, consistent state
-            state = g.update(state, data)
-            value = g.elbo(state, data)
-            if do_prune:
-                pruned = _prune_state(state, data, g, threshold)
-                state = jax.tree.map(lambda a, b: jnp.where(allow_prune, a, b), pruned, state)
-            return state, value
-
-        sweep = jax.jit(sweep)
+        sweep = _compiled_sweep(g)
         trace, prune_events = [], []
         converged = False
         start = time.perf_counter()
         bar = None
         previous = -math.inf
-        allow = False
         for i in range(int(self.max_sweeps)):
-            state, value = sweep(state, data, allow)
+            state, value = sweep(state, data)
+            updated = state
             value = float(value)
             trace.append(value)
             if not math.isfinite(value):
@@ -207,12 +220,14 @@ class CAVI:
             if i > 0 and abs(value - previous) <= self.tol * abs(value):
                 converged = True
                 break
-            # prune only once the transient of the first sweeps is over
+            # prune only once the transient of the first sweeps is over; the pruned state is handed
+            # to the next sweep, so the recorded ELBO always belongs to an updated state
             allow = i > 0 and abs(value - previous) <= self.prune_after * abs(value)
             previous = value
-            if do_prune:
+            if do_prune and allow:
+                state = _compiled_prune(g)(state, data, threshold)
                 active = _num_active(state)
-                total = state._asdict()[_active_gaussians(state)[0]].cov.shape[0]
+                total = state._asdict()[_active_gaussians(state)[0]].index.shape[0]
                 size = _gauss.bucket_size(active, total)
                 if size < total:
                     prune_events.append((i + 1, active))
@@ -228,7 +243,7 @@ class CAVI:
             args=args,
             kwargs=kwargs,
             data=data,
-            state=state,
+            state=updated,
             elbo_trace=np.asarray(trace),
             converged=converged,
             tol=self.tol,
@@ -329,6 +344,18 @@ class CAVIResult:
         if fields:
             data = _gauss.conditional_data_precision(getattr(self.state, fields[0]), prior, data)
         return np.asarray(prior) / np.maximum(np.asarray(data), 1e-300)
+
+    @property
+    def effective_parameters(self) -> float:
+        """sum_k (1 - E[alpha_k] Var_q[w_k]): how many coefficients the data determine (MacKay's
+        gamma). With many overlapping basis functions the data can determine a few directions
+        without determining any single coefficient; this count sees those directions."""
+        prior, data = self.guide_spec.relevance(self.state, self.data)
+        fields = _active_gaussians(self.state)
+        if not fields:
+            return float("nan")
+        cond = _gauss.conditional_data_precision(getattr(self.state, fields[0]), prior, data)
+        return float(np.sum(np.asarray(cond) / (np.asarray(prior) + np.asarray(cond))))
 
     @property
     def relevant(self) -> np.ndarray:
