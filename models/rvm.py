@@ -418,6 +418,10 @@ def regression(Phi, t=None, *, a0=1e-6, b0=1e-6, e0=1e-6, f0=1e-6, groups=None):
         (Bayesian ridge regression).
 
     Sites: ``alpha`` (G,) with G groups (G = M by default), ``w`` (M,), ``gamma`` (), ``t`` (N,).
+
+    Prior predictive draws (``t=None``) need proper, not vague, hyperpriors: with the default
+    a0 = b0 = 1e-6 almost every draw of alpha underflows to 0 in float64 (P(alpha < 1e-308) is
+    about 0.999), so w and t come out infinite or NaN. Use e.g. a0 = b0 = 1, e0 = 2, f0 = 0.1.
     """
     N, M = jnp.shape(Phi)
     _, w = _ard_prior(M, a0, b0, groups)

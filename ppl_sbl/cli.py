@@ -8,7 +8,9 @@ import numpy as np
 
 __all__ = ["main"]
 
-_DEFAULT_DELTA = {"ripley": 2.0, "sinc": 5.55}
+# ripley: Tipping (2001) used a Gaussian kernel of width 0.5, exp(-||x - x'||^2 / 0.5^2);
+# sinc: the grid RVM paper's delta on standardised inputs
+_DEFAULT_DELTA = {"ripley": 4.0, "sinc": 5.55}
 
 
 def _fit_models(dataset, delta, tol, max_sweeps, progress):
@@ -54,6 +56,9 @@ def compare_command(args):
         print(f"dataset: {data.description}; {len(data.t_train)} training, {len(data.t_test)} test points; "
               f"RBF basis, delta = {delta}")
         print(table.to_string())
+    print("note: each ELBO includes the Occam factor of its Gamma(1e-6, 1e-6) hyperpriors; every extra "
+          "precision costs roughly ln(1/a0) = 13.8 nats, which is why one shared precision can win on "
+          "ELBO while ARD keeps fewer basis functions (n_relevant, n_effective).")
     return 0
 
 
@@ -74,7 +79,7 @@ def build_parser():
                      help="ripley: Ripley's synthetic two-class data (250 train, 1000 test); "
                      "sinc: the noisy sinc regression of the grid RVM paper (100 train, 600 test)")
     cmp.add_argument("--delta", type=float, default=None,
-                     help="RBF inverse squared width, exp(-delta ||x - c||^2) (default: 2.0 for ripley, 5.55 for sinc)")
+                     help="RBF inverse squared width, exp(-delta ||x - c||^2) (default: 4.0 for ripley, i.e. width 0.5 as in Tipping 2001; 5.55 for sinc)")
     cmp.add_argument("--noise-features", type=int, default=0,
                      help="sinc only: number of pure-noise input features appended (default 0)")
     cmp.add_argument("--seed", type=int, default=0, help="sinc only: random seed of the generated data")

@@ -225,12 +225,14 @@ class CAVI:
             allow = i > 0 and abs(value - previous) <= self.prune_after * abs(value)
             previous = value
             if do_prune and allow:
+                before = _num_active(state)
                 state = _compiled_prune(g)(state, data, threshold)
                 active = _num_active(state)
+                if active < before:
+                    prune_events.append((i + 1, active))
                 total = state._asdict()[_active_gaussians(state)[0]].index.shape[0]
                 size = _gauss.bucket_size(active, total)
                 if size < total:
-                    prune_events.append((i + 1, active))
                     state = _compact_state(state, size)
             if i == 0:
                 bar_clock = time.perf_counter()  # compilation does not count towards the delay
@@ -301,7 +303,8 @@ class CAVIResult:
         The analytic objective at the last sweep (a lower bound on ln p(t)).
     elbo_trace : ndarray
         The objective after every sweep.
-    converged, num_sweeps, state, prune_events, seconds
+    converged, num_sweeps, state, seconds
+    prune_events : list of (sweep, number of active coefficients after pruning at that sweep)
     """
 
     model: Callable
@@ -376,7 +379,8 @@ class CAVIResult:
 
     def predict(self, *new_args):
         """Predictions for new inputs (regression: mean and variance; classification: P(t=1))."""
-        return self.guide_spec.predict(self.state, self.data, *new_args)
+        out = self.guide_spec.predict(self.state, self.data, *new_args)
+        return jax.tree.map(np.asarray, out)
 
     def sample(self, key, num_samples: int = 1000) -> dict:
         """Draws from q under the model's site names: {site: (num_samples, ...)}."""

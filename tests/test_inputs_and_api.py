@@ -177,13 +177,15 @@ def test_datasets_shapes_and_sources():
     assert r.t_train.sum() == 125 and r.t_test.sum() == 500
 
 
-def test_cli_compare_prints_the_elbo_table():
+def test_cli_compare_prints_the_elbo_table(tmp_path):
+    # run outside the source tree, so that the installed package is what runs
     out = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "sinc", "--max-sweeps", "300"],
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "rvm (ARD)" in out.stdout and "ridge (shared precision)" in out.stdout
     assert "elbo" in out.stdout and "test RMSE" in out.stdout
-    helptext = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--help"], capture_output=True, text=True)
+    helptext = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--help"], capture_output=True,
+                              text=True, cwd=tmp_path)
     assert "--dataset" in helptext.stdout and "--delta" in helptext.stdout
 
 

@@ -202,16 +202,33 @@ def test_jitted_plain_and_vmapped_fits_agree():
 
 
 def test_pruned_fit_moves_the_fixed_point_only_a_little():
-    d = ppl_sbl.datasets.sinc(60, 200, seed=1)
-    Phi = ppl_sbl.basis.rbf(d.X_train, delta=5.55, bias=True)
-    Phi_test = ppl_sbl.basis.rbf(d.X_test, d.X_train, delta=5.55, bias=True)
-    exact = _cavi(rvm.regression, Phi, d.t_train, prune=False)
-    pruned = _cavi(rvm.regression, Phi, d.t_train, prune=True, prune_threshold=1e-2)
-    # each pruned coefficient costs at most prune_threshold nats when it is frozen
-    assert pruned.elbo >= exact.elbo - 1e-2 * Phi.shape[1] - 1e-6
-    m0, _ = exact.predict(Phi_test)
-    m1, _ = pruned.predict(Phi_test)
-    assert np.sqrt(np.mean((np.asarray(m0) - np.asarray(m1)) ** 2)) < 0.02
+    """3 informative and 22 pure-noise features: with prune_threshold = 0.01 nats the noise
+    coefficients are frozen. Each freeze costs at most the threshold (other factors fixed), the
+    ELBO only drops at the sweeps that follow a prune, and predictions barely move."""
+    r = np.random.default_rng(0)
+    Phi = r.standard_normal((100, 25))
+    t = Phi[:, :3] @ np.array([1.0, -2.0, 0.5]) + 0.3 * r.standard_normal(100)
+    X_new = r.standard_normal((200, 25))
+    thr = 1e-2
+    exact = _cavi(rvm.regression, Phi, t, prune=False)
+    pruned = _cavi(rvm.regression, Phi, t, prune=True, prune_threshold=thr)
+    assert pruned.prune_events, "nothing was pruned: the test would not test pruning"
+    n_pruned = 25 - pruned.prune_events[-1][1]
+    assert n_pruned >= 5
+    assert gaussian.num_active(pruned.state.w) == 25 - n_pruned
+    assert exact.elbo - thr * n_pruned <= pruned.elbo <= exact.elbo + 1e-9
+    # monotone except right after a prune, where the drop is bounded by the freeze costs
+    steps = np.diff(pruned.elbo_trace)
+    after_prune = {sweep for sweep, _ in pruned.prune_events}  # step from sweep s to s + 1
+    for i, step in enumerate(steps, start=1):
+        if i in after_prune:
+            assert step >= -thr * 25
+        else:
+            assert step >= -1e-9 * abs(pruned.elbo_trace[i])
+    m0, _ = exact.predict(X_new)
+    m1, _ = pruned.predict(X_new)
+    assert np.max(np.abs(np.asarray(m0) - np.asarray(m1))) < 0.02
+    assert np.array_equal(exact.relevant[:3], pruned.relevant[:3])
 
 
 def test_freeze_cost_equals_brute_force_elbo_difference():
@@ -292,7 +309,7 @@ def test_rvr_rmse_on_sinc_at_most_sklearn_ard():
 def test_rvc_on_ripley_any_labels_and_probabilities():
     d = ppl_sbl.datasets.ripley()
     labels = np.where(d.t_train > 0, "yes", "no")
-    clf = ppl_sbl.RVC(delta=2.0, progress_bar=False).fit(d.X_train, labels)
+    clf = ppl_sbl.RVC(delta=4.0, progress_bar=False).fit(d.X_train, labels)
     proba = clf.predict_proba(d.X_test)
     assert proba.shape == (1000, 2)
     np.testing.assert_allclose(proba.sum(1), 1.0)
