@@ -120,6 +120,7 @@ def _compact_state(state, size):
 
 
 _SWEEPS = {}
+_PRUNE_EVERY = 5  # sweeps between pruning checks (each check synchronises with the host)
 
 
 def _compiled_sweep(guide):
@@ -132,6 +133,14 @@ def _compiled_sweep(guide):
             return state, guide.elbo(state, data)
 
         _SWEEPS[key] = (guide, jax.jit(sweep))
+    return _SWEEPS[key][1]
+
+
+def _compiled(name, guide, fn):
+    """A jitted function of a guide, compiled once and reused across results."""
+    key = (name, id(guide))
+    if key not in _SWEEPS:
+        _SWEEPS[key] = (guide, jax.jit(fn))
     return _SWEEPS[key][1]
 
 
@@ -224,7 +233,7 @@ class CAVI:
             # to the next sweep, so the recorded ELBO always belongs to an updated state
             allow = i > 0 and abs(value - previous) <= self.prune_after * abs(value)
             previous = value
-            if do_prune and allow:
+            if do_prune and allow and i % _PRUNE_EVERY == 0:
                 before = _num_active(state)
                 state = _compiled_prune(g)(state, data, threshold)
                 active = _num_active(state)
@@ -337,7 +346,7 @@ class CAVIResult:
         """The true ELBO of q (quadrature) where ``elbo`` uses a local bound; else ``None``."""
         if self.guide_spec.elbo_exact is None:
             return None
-        return float(jax.jit(self.guide_spec.elbo_exact)(self.state, self.data))
+        return float(_compiled("elbo_exact", self.guide_spec, self.guide_spec.elbo_exact)(self.state, self.data))
 
     @property
     def precision_ratio(self) -> np.ndarray:
