@@ -10,14 +10,20 @@ Models (plain NumPyro programs; they run unchanged under NUTS, SVI and ``Predict
 
 Gamma is shape/rate. Closed-form guide: q(w) q(alpha) q(gamma) with q(w) = N(mu, Sigma),
 q(alpha_k) = Gamma(a_k, b_k), q(gamma) = Gamma(e, f); for classification the Jaakkola-Jordan
-bound with one xi_n per point. One sweep (Bishop & Tipping 2000, eq. (14)-(20); the same
-updates are eq. (15)-(18) and (29)-(30) of the grid RVM paper with M2 = 1):
+bound with one xi_n per point. One sweep, in the equation numbers of the grid RVM paper
+(Kropotov et al., ``shared/papers/grid_rvm_kropotov.txt``) with a single column (M2 = 1,
+beta = 1), which are Bishop & Tipping's (2000) updates:
 
-    Sigma = (diag E[alpha] + E[gamma] Phi^T Phi)^-1,  mu = E[gamma] Sigma Phi^T t
-    a_k = a0 + 1/2,  b_k = b0 + E[w_k^2]/2
-    e = e0 + N/2,    f = f0 + E||t - Phi w||^2 / 2
-    (JJ)  Sigma = (diag E[alpha] + 2 Phi^T Lambda(xi) Phi)^-1,  mu = Sigma Phi^T (t - 1/2),
-          xi_n^2 = phi_n^T (Sigma + mu mu^T) phi_n
+    Sigma = (diag E[alpha] + E[gamma] Phi^T Phi)^-1,  mu = E[gamma] Sigma Phi^T t     (15)
+    a_k = a0 + 1/2,  b_k = b0 + E[w_k^2]/2                                             (16)
+    e = e0 + N/2,    f = f0 + E||t - Phi w||^2 / 2                                     (18)
+    (JJ)  Sigma = (diag E[alpha] + 2 Phi^T Lambda(xi) Phi)^-1,  mu = Sigma Phi^T (t - 1/2)  (29)
+          xi_n^2 = phi_n^T (Sigma + mu mu^T) phi_n                                     (30)
+
+The ELBO is the paper's (10) (with the JJ bound (27) in place of the logistic likelihood: (28)),
+evaluated with the statistics (19)-(26) (E[gamma] = e/f, E[ln gamma] = psi(e) - ln f).
+The paper writes labels as +-1 and mu = Sigma Phi^T t / 2; with t in {0, 1} that is
+Sigma Phi^T (t - 1/2).
 
 Notation: ``Phi`` (N, M) design matrix, ``t`` targets, ``alpha_shape/alpha_rate`` = (a_k, b_k),
 ``gamma_shape/gamma_rate`` = (e, f), ``w`` the Gaussian factor (``ppl_sbl.gaussian``).
@@ -83,7 +89,7 @@ def _scalar(name, value):
 
 
 def _alpha_terms(state, data, w_second_moment):
-    """Prior and entropy terms of q(w) q(alpha) (Bishop & Tipping 2000, eq. (21) lines 2-3)."""
+    """E[ln p(w|alpha)] + E[ln p(alpha)] + H[q(w)] + H[q(alpha)]: the w and alpha terms of (10)."""
     a0, b0 = data.a0, data.b0
     e_alpha = expfam.gamma_mean(state.alpha_shape, state.alpha_rate)
     e_log_alpha = expfam.gamma_mean_log(state.alpha_shape, state.alpha_rate)
@@ -96,7 +102,7 @@ def _alpha_terms(state, data, w_second_moment):
 
 
 def _update_alpha(state, data, w_second_moment):
-    """a_k = a0 + 1/2, b_k = b0 + E[w_k^2]/2 (grid RVM eq. (17) with M2 = 1).
+    """a_k = a0 + 1/2, b_k = b0 + E[w_k^2]/2 (grid RVM eq. (16) with M2 = 1, E[beta] = 1).
 
     With groups of coefficients sharing one precision: a_g = a0 + n_g/2,
     b_g = b0 + sum_{k in g} E[w_k^2]/2.
@@ -132,7 +138,7 @@ def _make_guide(has_gamma):
 class RegressionData(NamedTuple):
     """Validated arguments of ``regression`` with the constants of every sweep.
 
-    Phi (N, M); t (N,); gram = Phi^T Phi (M, M); phi_t = Phi^T t (M,); col_sq = ||phi_k||^2 (M,);
+    Phi (N, M); t (N,); gram = Phi^T Phi (M, M), or None when gram_factor holds it; phi_t = Phi^T t (M,); col_sq = ||phi_k||^2 (M,);
     gram_factor (M, r) with gram_factor gram_factor^T = gram when Phi has numerical rank r <= M/3
     (else None): then each q(w) update costs O(M^2 r) instead of O(M^3) (exact to rounding, see
     ``ppl_sbl.gaussian.low_rank_factor``); groups (M,) precision group of each coefficient;
@@ -141,7 +147,7 @@ class RegressionData(NamedTuple):
 
     Phi: jax.Array
     t: jax.Array
-    gram: jax.Array
+    gram: Optional[jax.Array]
     phi_t: jax.Array
     col_sq: jax.Array
     gram_factor: Optional[jax.Array]
@@ -174,7 +180,7 @@ def _regression_prepare(Phi, t=None, *, a0=1e-6, b0=1e-6, e0=1e-6, f0=1e-6, grou
     return RegressionData(
         Phi=Phi,
         t=t,
-        gram=jnp.asarray(gram),
+        gram=jnp.asarray(gram) if factor is None else None,  # the factor replaces it
         gram_factor=None if factor is None else jnp.asarray(factor),
         phi_t=Phi.T @ t,
         col_sq=jnp.sum(Phi**2, axis=0),
@@ -216,7 +222,7 @@ def _regression_update(state: RegressionState, data: RegressionData) -> Regressi
     e_alpha = _prior_precision(state, data)
     e_gamma = expfam.gamma_mean(state.gamma_shape, state.gamma_rate)
     idx = state.w.index
-    # q(w): Sigma = (diag E[alpha] + E[gamma] Phi^T Phi)^-1, mu = E[gamma] Sigma Phi^T t
+    # q(w): Sigma = (diag E[alpha] + E[gamma] Phi^T Phi)^-1, mu = E[gamma] Sigma Phi^T t  (15)
     factor = None
     if data.gram_factor is not None:
         rows = jnp.take(data.gram_factor, idx, axis=0, mode="fill", fill_value=0.0)
@@ -229,10 +235,10 @@ def _regression_update(state: RegressionState, data: RegressionData) -> Regressi
         e_gamma * data.col_sq,
         data_factor=factor,
     )
-    # q(alpha): a_k = a0 + 1/2, b_k = b0 + E[w_k^2]/2
+    # q(alpha): a_k = a0 + 1/2, b_k = b0 + E[w_k^2]/2  (16)
     alpha_shape, alpha_rate = _update_alpha(state, data, G.second_moments(w))
     state = state._replace(w=w, alpha_shape=alpha_shape, alpha_rate=alpha_rate)
-    # q(gamma): e = e0 + N/2, f = f0 + E||t - Phi w||^2 / 2
+    # q(gamma): e = e0 + N/2, f = f0 + E||t - Phi w||^2 / 2  (18)
     N = data.t.shape[0]
     return state._replace(
         gamma_shape=data.e0 + 0.5 * N,
@@ -241,7 +247,7 @@ def _regression_update(state: RegressionState, data: RegressionData) -> Regressi
 
 
 def _regression_elbo(state: RegressionState, data: RegressionData):
-    """ELBO = E[ln p(t|w,gamma)] + E[ln p(w|alpha)] + E[ln p(alpha)] + E[ln p(gamma)] + H[q]."""
+    """ELBO (10) = E[ln p(t|w,gamma)] + E[ln p(w|alpha)] + E[ln p(alpha)] + E[ln p(gamma)] + H[q]."""
     e_gamma = expfam.gamma_mean(state.gamma_shape, state.gamma_rate)
     e_log_gamma = expfam.gamma_mean_log(state.gamma_shape, state.gamma_rate)
     N = data.t.shape[0]
@@ -337,7 +343,7 @@ def _classification_update(state: ClassificationState, data: ClassificationData)
     e_alpha = _prior_precision(state, data)
     lam = jj_lambda(state.xi)
     phi_a = G.gather_columns(data.Phi, state.w.index)
-    # q(w): Sigma = (diag E[alpha] + 2 Phi^T Lambda Phi)^-1, mu = Sigma Phi^T (t - 1/2)  (grid eq. 29)
+    # q(w): Sigma = (diag E[alpha] + 2 Phi^T Lambda Phi)^-1, mu = Sigma Phi^T (t - 1/2)  (29)
     w = G.update_active_gaussian(
         state.w,
         e_alpha,
@@ -346,7 +352,7 @@ def _classification_update(state: ClassificationState, data: ClassificationData)
         _jj_data_precision_diag(data.Phi, state.xi),
     )
     alpha_shape, alpha_rate = _update_alpha(state, data, G.second_moments(w))
-    # xi_n^2 = phi_n^T (Sigma + mu mu^T) phi_n  (grid eq. 30)
+    # xi_n^2 = phi_n^T (Sigma + mu mu^T) phi_n  (30)
     mean, var = G.linear_moments(w, data.Phi)
     return ClassificationState(w, alpha_shape, alpha_rate, jnp.sqrt(mean**2 + var))
 

@@ -4,7 +4,7 @@ Every model of the relevance-vector family has one Gaussian factor over M coeffi
 prior precision is diagonal (E[alpha_k] for the RVM, E[alpha_i] E[beta_j] for the p-grid RVM,
 ...) and whose likelihood contributes a quadratic form Phi^T W Phi (W = E[gamma] I for Gaussian
 noise, W = 2 Lambda(xi) with the Jaakkola-Jordan bound) and a linear term Phi^T r. Its update
-(Bishop & Tipping 2000, eq. (15)-(16) of the grid RVM paper)
+(Bishop & Tipping 2000; eq. (15) and (29) of the grid RVM paper)
 
     Sigma = (diag(P) + Phi^T W Phi)^-1,      mu = Sigma Phi^T r
 
@@ -158,7 +158,7 @@ def low_rank_factor(gram, rtol=1e-13):
 def update_active_gaussian(
     q: ActiveGaussian, prior_precision, data_precision, data_linear, data_precision_diag, data_factor=None
 ) -> ActiveGaussian:
-    """Closed-form update of q(w) on the active slots (grid RVM eq. (15)-(16)).
+    """Closed-form update of q(w) on the active slots (grid RVM eq. (15), (29)).
 
     Parameters
     ----------
@@ -184,7 +184,7 @@ def update_active_gaussian(
     if data_factor is None:
         if callable(data_precision):
             data_precision = data_precision()
-        # Sigma^-1 = diag(P) + Phi^T W Phi  (eq. (15)); Jacobi-scaled so that the Cholesky factor
+        # Sigma^-1 = diag(P) + Phi^T W Phi  (eq. (15) / (29)); Jacobi-scaled so that the Cholesky factor
         # is insensitive to the scale of each basis function.
         precision = data_precision + jnp.diag(p_slot)
         d = 1.0 / jnp.sqrt(jnp.diag(precision))
@@ -203,7 +203,7 @@ def update_active_gaussian(
         chol = jnp.linalg.cholesky(inner)
         cov = jax.scipy.linalg.solve_triangular(chol, scaled.T, lower=True)  # Z, (r, B)
         log_det = jnp.sum(jnp.log(base)) - 2.0 * jnp.sum(jnp.log(jnp.diag(chol)))
-    # mu = Sigma Phi^T r  (eq. (16))
+    # mu = Sigma Phi^T r  (eq. (15) / (29))
     mean_slot = covariance_matmul(q._replace(cov=cov, base=base), data_linear)
     mean = jnp.zeros(m, cov.dtype).at[q.index].set(jnp.where(valid, mean_slot, 0.0), mode="drop")
     # s_k^2 = 1 / (P_k + h_k) for the pruned coefficients (coordinate update in the restricted family)
