@@ -123,32 +123,26 @@ _SWEEPS = {}
 _PRUNE_EVERY = 5  # sweeps between pruning checks (each check synchronises with the host)
 
 
-def _compiled_sweep(guide):
-    """One jitted sweep (update, then ELBO) per guide, compiled once per shape and reused."""
-    key = ("sweep", id(guide))
-    if key not in _SWEEPS:
-
-        def sweep(state, data):
-            state = guide.update(state, data)
-            return state, guide.elbo(state, data)
-
-        _SWEEPS[key] = (guide, jax.jit(sweep))
-    return _SWEEPS[key][1]
-
-
 def _compiled(name, guide, fn):
-    """A jitted function of a guide, compiled once and reused across results."""
+    """A jitted function of a guide, compiled once (per shape) and reused across runs."""
     key = (name, id(guide))
     if key not in _SWEEPS:
-        _SWEEPS[key] = (guide, jax.jit(fn))
+        _SWEEPS[key] = (guide, jax.jit(fn))  # the guide is kept alive so its id stays unique
     return _SWEEPS[key][1]
+
+
+def _compiled_sweep(guide):
+    """One sweep of updates followed by the ELBO of the updated state."""
+
+    def sweep(state, data):
+        state = guide.update(state, data)
+        return state, guide.elbo(state, data)
+
+    return _compiled("sweep", guide, sweep)
 
 
 def _compiled_prune(guide):
-    key = ("prune", id(guide))
-    if key not in _SWEEPS:
-        _SWEEPS[key] = (guide, jax.jit(lambda state, data, threshold: _prune_state(state, data, guide, threshold)))
-    return _SWEEPS[key][1]
+    return _compiled("prune", guide, lambda state, data, threshold: _prune_state(state, data, guide, threshold))
 
 
 def _relative_change(new, old):
