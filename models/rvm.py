@@ -40,7 +40,8 @@ import numpyro.distributions as dist
 
 from ppl_sbl import expfam
 from ppl_sbl import gaussian as G
-from ppl_sbl.bounds import expected_log_sigmoid, expected_sigmoid, jj_lambda, jj_log_sigmoid_bound
+from ppl_sbl import likelihoods as L
+from ppl_sbl.bounds import expected_sigmoid
 from ppl_sbl.inference import ClosedFormGuide, closed_form_guide
 from ppl_sbl.validation import check_design, check_matrix, check_positive
 
@@ -136,31 +137,27 @@ def _make_guide(has_gamma):
 # Regression guide
 # ----------------------------------------------------------------------------------------------
 class RegressionData(NamedTuple):
-    """Validated arguments of ``regression`` with the constants of every sweep.
+    """Validated arguments of ``regression``: the likelihood's constants
+    (:class:`ppl_sbl.likelihoods.GaussianLikelihood`), groups (M,) the precision group of each
+    coefficient, group_sizes (G,), a0, b0 the Gamma prior of the precisions."""
 
-    Phi (N, M); t (N,); gram = Phi^T Phi (M, M), or None when gram_factor holds it; phi_t = Phi^T t (M,); col_sq = ||phi_k||^2 (M,);
-    gram_factor (M, r) with gram_factor gram_factor^T = gram when Phi has numerical rank r <= M/3
-    (else None): then each q(w) update costs O(M^2 r) instead of O(M^3) (exact to rounding, see
-    ``ppl_sbl.gaussian.low_rank_factor``); groups (M,) precision group of each coefficient;
-    group_sizes (G,); a0, b0, e0, f0 scalars.
-    """
-
-    Phi: jax.Array
-    t: jax.Array
-    gram: Optional[jax.Array]
-    phi_t: jax.Array
-    col_sq: jax.Array
-    gram_factor: Optional[jax.Array]
+    lik: L.GaussianLikelihood
     groups: jax.Array
     group_sizes: jax.Array
     a0: jax.Array
     b0: jax.Array
-    e0: jax.Array
-    f0: jax.Array
+
+    @property
+    def Phi(self):
+        return self.lik.Phi
+
+    @property
+    def t(self):
+        return self.lik.t
 
 
 class RegressionState(NamedTuple):
-    """w: q(w) (ActiveGaussian); alpha_shape, alpha_rate (M,); gamma_shape, gamma_rate ()."""
+    """w: q(w) (ActiveGaussian); alpha_shape, alpha_rate (G,); gamma_shape, gamma_rate ()."""
 
     w: G.ActiveGaussian
     alpha_shape: jax.Array
@@ -174,106 +171,59 @@ def _regression_prepare(Phi, t=None, *, a0=1e-6, b0=1e-6, e0=1e-6, f0=1e-6, grou
         raise ValueError("`t` is required to fit the model; pass the observed targets.")
     Phi, t = check_design(Phi, t)
     groups = _groups(groups, Phi.shape[1])
-    gram = Phi.T @ Phi
-    factor = G.low_rank_factor(gram)
-    Phi, t = jnp.asarray(Phi), jnp.asarray(t)
     return RegressionData(
-        Phi=Phi,
-        t=t,
-        gram=jnp.asarray(gram) if factor is None else None,  # the factor replaces it
-        gram_factor=None if factor is None else jnp.asarray(factor),
-        phi_t=Phi.T @ t,
-        col_sq=jnp.sum(Phi**2, axis=0),
+        lik=L.prepare_gaussian(Phi, t, _scalar("e0", e0), _scalar("f0", f0)),
         groups=jnp.asarray(groups),
         group_sizes=jnp.asarray(np.bincount(groups), dtype=jnp.float64),
         a0=_scalar("a0", a0),
         b0=_scalar("b0", b0),
-        e0=_scalar("e0", e0),
-        f0=_scalar("f0", f0),
     )
 
 
 def _regression_init(data: RegressionData) -> RegressionState:
-    M = data.Phi.shape[1]
-    rank = None if data.gram_factor is None else data.gram_factor.shape[1]
     return RegressionState(
-        w=G.init_active_gaussian(M, rank),
+        w=G.init_active_gaussian(data.Phi.shape[1], L.gaussian_rank(data.lik)),
         alpha_shape=jnp.full_like(data.group_sizes, data.a0),
         alpha_rate=jnp.full_like(data.group_sizes, data.b0),
-        gamma_shape=data.e0,
-        gamma_rate=data.f0,
+        gamma_shape=data.lik.e0,
+        gamma_rate=data.lik.f0,
     )
-
-
-def _expected_square_error(state: RegressionState, data: RegressionData):
-    """E||t - Phi w||^2 = ||t - Phi mu||^2 + tr(Phi^T Phi Sigma) (+ pruned variances)."""
-    w = state.w
-    residual = data.t - data.Phi @ w.mean
-    if data.gram_factor is None:
-        trace = jnp.sum(G.gather_gram(data.gram, w.index) * G.dense_covariance(w))
-    else:  # tr(F F^T Sigma) = tr(F^T Sigma F), O(B r^2)
-        rows = jnp.take(data.gram_factor, w.index, axis=0, mode="fill", fill_value=0.0)
-        trace = jnp.sum(rows * G.covariance_matmul(w, rows))
-    trace = trace + jnp.sum(data.col_sq * w.frozen_var)
-    return residual @ residual + trace
 
 
 def _regression_update(state: RegressionState, data: RegressionData) -> RegressionState:
-    e_alpha = _prior_precision(state, data)
-    e_gamma = expfam.gamma_mean(state.gamma_shape, state.gamma_rate)
-    idx = state.w.index
     # q(w): Sigma = (diag E[alpha] + E[gamma] Phi^T Phi)^-1, mu = E[gamma] Sigma Phi^T t  (15)
-    factor = None
-    if data.gram_factor is not None:
-        rows = jnp.take(data.gram_factor, idx, axis=0, mode="fill", fill_value=0.0)
-        factor = jnp.sqrt(e_gamma) * rows
-    w = G.update_active_gaussian(
-        state.w,
-        e_alpha,
-        lambda: e_gamma * G.gather_gram(data.gram, idx),
-        e_gamma * jnp.take(data.phi_t, idx, mode="fill", fill_value=0.0),
-        e_gamma * data.col_sq,
-        data_factor=factor,
-    )
+    w = L.gaussian_update_w(state.w, _prior_precision(state, data), state.gamma_shape, state.gamma_rate, data.lik)
     # q(alpha): a_k = a0 + 1/2, b_k = b0 + E[w_k^2]/2  (16)
     alpha_shape, alpha_rate = _update_alpha(state, data, G.second_moments(w))
-    state = state._replace(w=w, alpha_shape=alpha_shape, alpha_rate=alpha_rate)
     # q(gamma): e = e0 + N/2, f = f0 + E||t - Phi w||^2 / 2  (18)
-    N = data.t.shape[0]
-    return state._replace(
-        gamma_shape=data.e0 + 0.5 * N,
-        gamma_rate=data.f0 + 0.5 * _expected_square_error(state, data),
-    )
+    gamma_shape, gamma_rate = L.gaussian_update_gamma(w, data.lik)
+    return RegressionState(w, alpha_shape, alpha_rate, gamma_shape, gamma_rate)
 
 
 def _regression_elbo(state: RegressionState, data: RegressionData):
     """ELBO (10) = E[ln p(t|w,gamma)] + E[ln p(w|alpha)] + E[ln p(alpha)] + E[ln p(gamma)] + H[q]."""
-    e_gamma = expfam.gamma_mean(state.gamma_shape, state.gamma_rate)
-    e_log_gamma = expfam.gamma_mean_log(state.gamma_shape, state.gamma_rate)
-    N = data.t.shape[0]
-    log_lik = N * expfam.normal_expected_log_density(0.0, e_gamma, e_log_gamma) - 0.5 * e_gamma * (
-        _expected_square_error(state, data)
+    return L.gaussian_elbo_terms(state.w, state.gamma_shape, state.gamma_rate, data.lik) + _alpha_terms(
+        state, data, G.second_moments(state.w)
     )
-    gamma_terms = expfam.gamma_expected_log_density(data.e0, data.f0, e_gamma, e_log_gamma) + (
-        expfam.gamma_entropy(state.gamma_shape, state.gamma_rate)
-    )
-    return log_lik + gamma_terms + _alpha_terms(state, data, G.second_moments(state.w))
 
 
 def _regression_relevance(state: RegressionState, data: RegressionData):
-    e_gamma = expfam.gamma_mean(state.gamma_shape, state.gamma_rate)
-    return _prior_precision(state, data), e_gamma * data.col_sq
+    return _prior_precision(state, data), L.gaussian_data_precision(state.gamma_shape, state.gamma_rate, data.lik)
 
 
-def _regression_predict(state: RegressionState, data: RegressionData, Phi_new):
-    """Predictive mean Phi_new mu and variance 1/E[gamma] + phi^T Sigma phi of a new observation."""
+def _check_new_design(Phi_new, data):
     Phi_new = jnp.asarray(check_matrix("Phi_new", Phi_new))
     if Phi_new.shape[1] != data.Phi.shape[1]:
         raise ValueError(
             f"`Phi_new` has {Phi_new.shape[1]} columns but the model was fitted with "
             f"{data.Phi.shape[1]} basis functions; evaluate the same basis at the new inputs."
         )
-    mean, var = G.linear_moments(state.w, Phi_new)
+    return Phi_new
+
+
+def _regression_predict(state: RegressionState, data: RegressionData, Phi_new):
+    """Predictive mean Phi_new mu and variance 1/E[gamma] + phi^T Sigma phi of a new observation."""
+    mean, var = G.linear_moments(state.w, _check_new_design(Phi_new, data))
     return mean, var + state.gamma_rate / state.gamma_shape
 
 
@@ -294,18 +244,26 @@ REGRESSION_GUIDE = ClosedFormGuide(
 # Classification guide (Jaakkola-Jordan)
 # ----------------------------------------------------------------------------------------------
 class ClassificationData(NamedTuple):
-    """Phi (N, M); t (N,) in {0, 1}; groups (M,); group_sizes (G,); a0, b0 scalars."""
+    """lik (:class:`ppl_sbl.likelihoods.BernoulliLikelihood`: Phi, t in {0, 1}); groups (M,);
+    group_sizes (G,); a0, b0."""
 
-    Phi: jax.Array
-    t: jax.Array
+    lik: L.BernoulliLikelihood
     groups: jax.Array
     group_sizes: jax.Array
     a0: jax.Array
     b0: jax.Array
 
+    @property
+    def Phi(self):
+        return self.lik.Phi
+
+    @property
+    def t(self):
+        return self.lik.t
+
 
 class ClassificationState(NamedTuple):
-    """w: q(w); alpha_shape, alpha_rate (M,); xi (N,) the JJ variational parameters."""
+    """w: q(w); alpha_shape, alpha_rate (G,); xi (N,) the JJ variational parameters."""
 
     w: G.ActiveGaussian
     alpha_shape: jax.Array
@@ -319,9 +277,7 @@ def _classification_prepare(Phi, t=None, *, a0=1e-6, b0=1e-6, groups=None):
     Phi, t = check_design(Phi, t, binary=True)
     groups = _groups(groups, Phi.shape[1])
     sizes = jnp.asarray(np.bincount(groups), dtype=jnp.float64)
-    return ClassificationData(
-        jnp.asarray(Phi), jnp.asarray(t), jnp.asarray(groups), sizes, _scalar("a0", a0), _scalar("b0", b0)
-    )
+    return ClassificationData(L.prepare_bernoulli(Phi, t), jnp.asarray(groups), sizes, _scalar("a0", a0), _scalar("b0", b0))
 
 
 def _classification_init(data: ClassificationData) -> ClassificationState:
@@ -334,62 +290,31 @@ def _classification_init(data: ClassificationData) -> ClassificationState:
     )
 
 
-def _jj_data_precision_diag(Phi, xi):
-    """h_k = 2 sum_n lambda(xi_n) phi_nk^2."""
-    return 2.0 * (Phi**2).T @ jj_lambda(xi)
-
-
 def _classification_update(state: ClassificationState, data: ClassificationData) -> ClassificationState:
-    e_alpha = _prior_precision(state, data)
-    lam = jj_lambda(state.xi)
-    phi_a = G.gather_columns(data.Phi, state.w.index)
     # q(w): Sigma = (diag E[alpha] + 2 Phi^T Lambda Phi)^-1, mu = Sigma Phi^T (t - 1/2)  (29)
-    w = G.update_active_gaussian(
-        state.w,
-        e_alpha,
-        2.0 * phi_a.T @ (lam[:, None] * phi_a),
-        phi_a.T @ (data.t - 0.5),
-        _jj_data_precision_diag(data.Phi, state.xi),
-    )
-    alpha_shape, alpha_rate = _update_alpha(state, data, G.second_moments(w))
+    w = L.jj_update_w(state.w, _prior_precision(state, data), state.xi, data.lik)
+    alpha_shape, alpha_rate = _update_alpha(state, data, G.second_moments(w))  # (16)
     # xi_n^2 = phi_n^T (Sigma + mu mu^T) phi_n  (30)
-    mean, var = G.linear_moments(w, data.Phi)
-    return ClassificationState(w, alpha_shape, alpha_rate, jnp.sqrt(mean**2 + var))
+    return ClassificationState(w, alpha_shape, alpha_rate, L.jj_update_xi(w, data.lik))
 
 
-def _classification_elbo_with(log_lik_fn):
-    def elbo(state: ClassificationState, data: ClassificationData):
-        mean, var = G.linear_moments(state.w, data.Phi)
-        signed = (2.0 * data.t - 1.0) * mean
-        log_lik = jnp.sum(log_lik_fn(signed, mean, var, state.xi))
-        return log_lik + _alpha_terms(state, data, G.second_moments(state.w))
-
-    return elbo
+def _classification_elbo(state: ClassificationState, data: ClassificationData):
+    """The objective (28): the JJ bound (27) in place of the logistic likelihood."""
+    return L.jj_elbo_terms(state.w, state.xi, data.lik) + _alpha_terms(state, data, G.second_moments(state.w))
 
 
-# JJ bound (grid RVM eq. (27)): the objective the sweeps maximise
-_classification_elbo = _classification_elbo_with(
-    lambda signed, mean, var, xi: jj_log_sigmoid_bound(signed, mean**2 + var, xi)
-)
-# exact E_q[ln sigma(s x)] by one-dimensional quadrature
-_classification_elbo_exact = _classification_elbo_with(
-    lambda signed, mean, var, xi: expected_log_sigmoid(signed, var)
-)
+def _classification_elbo_exact(state: ClassificationState, data: ClassificationData):
+    """The ELBO (10) of q itself, E_q[ln sigma] by quadrature."""
+    return L.bernoulli_exact_terms(state.w, data.lik) + _alpha_terms(state, data, G.second_moments(state.w))
 
 
 def _classification_relevance(state: ClassificationState, data: ClassificationData):
-    return _prior_precision(state, data), _jj_data_precision_diag(data.Phi, state.xi)
+    return _prior_precision(state, data), L.jj_data_precision(state.xi, data.lik)
 
 
 def _classification_predict(state: ClassificationState, data: ClassificationData, Phi_new):
     """P(t = 1 | t_train) = E_q[sigma(phi^T w)], shape (N_new,), by quadrature."""
-    Phi_new = jnp.asarray(check_matrix("Phi_new", Phi_new))
-    if Phi_new.shape[1] != data.Phi.shape[1]:
-        raise ValueError(
-            f"`Phi_new` has {Phi_new.shape[1]} columns but the model was fitted with "
-            f"{data.Phi.shape[1]} basis functions; evaluate the same basis at the new inputs."
-        )
-    mean, var = G.linear_moments(state.w, Phi_new)
+    mean, var = G.linear_moments(state.w, _check_new_design(Phi_new, data))
     return expected_sigmoid(mean, var)
 
 

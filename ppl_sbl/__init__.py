@@ -20,7 +20,7 @@ if not _os.path.isdir(_os.path.join(_here, "models")):
 
 _jax.config.update("jax_enable_x64", True)
 
-from . import basis, bounds, datasets, expfam, gaussian  # noqa: E402
+from . import basis, bounds, datasets, expfam, gaussian, likelihoods  # noqa: E402
 from .arviz import compare, plot_elbo_trace, plot_relevance, to_inference_data  # noqa: E402
 from .diagnostics import GuideCheck, check_guide  # noqa: E402
 from .estimators import RVC, RVR  # noqa: E402
@@ -45,5 +45,6 @@ __all__ = [
     "datasets",
     "expfam",
     "gaussian",
+    "likelihoods",
 ]
 __version__ = "0.1.0"
