@@ -48,9 +48,8 @@ from ppl_sbl.validation import check_design, check_matrix, check_positive
 __all__ = [
     "regression",
     "classification",
-    "RegressionData",
+    "RVMData",
     "RegressionState",
-    "ClassificationData",
     "ClassificationState",
     "REGRESSION_GUIDE",
     "CLASSIFICATION_GUIDE",
@@ -136,12 +135,13 @@ def _make_guide(has_gamma):
 # ----------------------------------------------------------------------------------------------
 # Regression guide
 # ----------------------------------------------------------------------------------------------
-class RegressionData(NamedTuple):
-    """Validated arguments of ``regression``: the likelihood's constants
-    (:class:`ppl_sbl.likelihoods.GaussianLikelihood`), groups (M,) the precision group of each
-    coefficient, group_sizes (G,), a0, b0 the Gamma prior of the precisions."""
+class RVMData(NamedTuple):
+    """Validated arguments of ``regression`` or ``classification``: the likelihood's constants
+    ``lik`` (:class:`ppl_sbl.likelihoods.GaussianLikelihood` or ``BernoulliLikelihood``),
+    groups (M,) the precision group of each coefficient, group_sizes (G,), and a0, b0 the Gamma
+    prior of the precisions."""
 
-    lik: L.GaussianLikelihood
+    lik: object
     groups: jax.Array
     group_sizes: jax.Array
     a0: jax.Array
@@ -154,6 +154,15 @@ class RegressionData(NamedTuple):
     @property
     def t(self):
         return self.lik.t
+
+
+RegressionData = ClassificationData = RVMData
+
+
+def _rvm_data(lik, groups, a0, b0):
+    groups = _groups(groups, lik.Phi.shape[1])
+    sizes = jnp.asarray(np.bincount(groups), dtype=jnp.float64)
+    return RVMData(lik, jnp.asarray(groups), sizes, _scalar("a0", a0), _scalar("b0", b0))
 
 
 class RegressionState(NamedTuple):
@@ -170,14 +179,7 @@ def _regression_prepare(Phi, t=None, *, a0=1e-6, b0=1e-6, e0=1e-6, f0=1e-6, grou
     if t is None:
         raise ValueError("`t` is required to fit the model; pass the observed targets.")
     Phi, t = check_design(Phi, t)
-    groups = _groups(groups, Phi.shape[1])
-    return RegressionData(
-        lik=L.prepare_gaussian(Phi, t, _scalar("e0", e0), _scalar("f0", f0)),
-        groups=jnp.asarray(groups),
-        group_sizes=jnp.asarray(np.bincount(groups), dtype=jnp.float64),
-        a0=_scalar("a0", a0),
-        b0=_scalar("b0", b0),
-    )
+    return _rvm_data(L.prepare_gaussian(Phi, t, _scalar("e0", e0), _scalar("f0", f0)), groups, a0, b0)
 
 
 def _regression_init(data: RegressionData) -> RegressionState:
@@ -243,25 +245,6 @@ REGRESSION_GUIDE = ClosedFormGuide(
 # ----------------------------------------------------------------------------------------------
 # Classification guide (Jaakkola-Jordan)
 # ----------------------------------------------------------------------------------------------
-class ClassificationData(NamedTuple):
-    """lik (:class:`ppl_sbl.likelihoods.BernoulliLikelihood`: Phi, t in {0, 1}); groups (M,);
-    group_sizes (G,); a0, b0."""
-
-    lik: L.BernoulliLikelihood
-    groups: jax.Array
-    group_sizes: jax.Array
-    a0: jax.Array
-    b0: jax.Array
-
-    @property
-    def Phi(self):
-        return self.lik.Phi
-
-    @property
-    def t(self):
-        return self.lik.t
-
-
 class ClassificationState(NamedTuple):
     """w: q(w); alpha_shape, alpha_rate (G,); xi (N,) the JJ variational parameters."""
 
@@ -275,9 +258,7 @@ def _classification_prepare(Phi, t=None, *, a0=1e-6, b0=1e-6, groups=None):
     if t is None:
         raise ValueError("`t` is required to fit the model; pass the observed labels (0 or 1).")
     Phi, t = check_design(Phi, t, binary=True)
-    groups = _groups(groups, Phi.shape[1])
-    sizes = jnp.asarray(np.bincount(groups), dtype=jnp.float64)
-    return ClassificationData(L.prepare_bernoulli(Phi, t), jnp.asarray(groups), sizes, _scalar("a0", a0), _scalar("b0", b0))
+    return _rvm_data(L.prepare_bernoulli(Phi, t), groups, a0, b0)
 
 
 def _classification_init(data: ClassificationData) -> ClassificationState:
