@@ -167,7 +167,9 @@ class CAVI:
         Take a coefficient out of the linear algebra once its precision E[alpha_k] has grown so
         large that freezing it (mean 0, independent of the rest) lowers the ELBO by less than
         ``prune_threshold`` nats, other factors held fixed (:func:`ppl_sbl.gaussian.freeze_cost`).
-        Pruned coefficients keep all their ELBO terms, so ``elbo`` stays a lower bound.
+        Pruned coefficients keep all their ELBO terms, so ``elbo`` stays a lower bound. A prune
+        is kept only if the sweep after it does not lower the ELBO (otherwise it is undone and
+        tried again later), so the ELBO trace never decreases.
     prune_threshold : float
         The freeze cost, in nats per coefficient, below which a coefficient is pruned.
     prune_after : float
@@ -210,10 +212,21 @@ class CAVI:
         start = time.perf_counter()
         bar = None
         previous = -math.inf
+        pending = None  # the state before the last prune, until the sweep after it is accepted
+        wait, backoff = 0, 10
         for i in range(int(self.max_sweeps)):
             state, value = sweep(state, data)
-            updated = state
             value = float(value)
+            if pending is not None:
+                if value < previous:
+                    # freezing lost more than the next sweep gained: undo it, so that the ELBO
+                    # never decreases, and wait longer before trying again
+                    state, value = sweep(pending, data)
+                    value = float(value)
+                    prune_events.pop()
+                    wait, backoff = i + backoff, 2 * backoff
+                pending = None
+            updated = state
             trace.append(value)
             if not math.isfinite(value):
                 raise FloatingPointError(
@@ -227,16 +240,16 @@ class CAVI:
             # to the next sweep, so the recorded ELBO always belongs to an updated state
             allow = i > 0 and abs(value - previous) <= self.prune_after * abs(value)
             previous = value
-            if do_prune and allow and i % _PRUNE_EVERY == 0:
+            if do_prune and allow and i >= wait and i % _PRUNE_EVERY == 0:
                 before = _num_active(state)
-                state = _compiled_prune(g)(state, data, threshold)
-                active = _num_active(state)
+                pruned = _compiled_prune(g)(state, data, threshold)
+                active = _num_active(pruned)
                 if active < before:
                     prune_events.append((i + 1, active))
-                total = state._asdict()[_active_gaussians(state)[0]].index.shape[0]
-                size = _gauss.bucket_size(active, total)
-                if size < total:
-                    state = _compact_state(state, size)
+                    pending = state
+                    total = pruned._asdict()[_active_gaussians(pruned)[0]].index.shape[0]
+                    size = _gauss.bucket_size(active, total)
+                    state = _compact_state(pruned, size) if size < total else pruned
             if i == 0:
                 bar_clock = time.perf_counter()  # compilation does not count towards the delay
             bar = self._progress(bar, bar_clock, i, value)
@@ -307,7 +320,8 @@ class CAVIResult:
     elbo_trace : ndarray
         The objective after every sweep.
     converged, num_sweeps, state, seconds
-    prune_events : list of (sweep, number of active coefficients after pruning at that sweep)
+    prune_events : list of (sweep, number of active coefficients after pruning at that sweep),
+        for the prunes that were kept
     """
 
     model: Callable

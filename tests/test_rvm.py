@@ -202,33 +202,29 @@ def test_jitted_plain_and_vmapped_fits_agree():
 
 
 def test_pruned_fit_moves_the_fixed_point_only_a_little():
-    """3 informative and 22 pure-noise features: with prune_threshold = 0.01 nats the noise
-    coefficients are frozen. Each freeze costs at most the threshold (other factors fixed), the
-    ELBO only drops at the sweeps that follow a prune, and predictions barely move."""
+    """3 informative and 22 pure-noise features with a very vague precision prior (b0 = 1e-10), so
+    that noise precisions grow large: with prune_threshold = 0.01 nats some noise coefficients are
+    frozen. A prune is kept only when the next sweep does not lower the ELBO, so the trace never
+    decreases; each kept freeze costs at most the threshold, and predictions barely move."""
     r = np.random.default_rng(0)
     Phi = r.standard_normal((100, 25))
     t = Phi[:, :3] @ np.array([1.0, -2.0, 0.5]) + 0.3 * r.standard_normal(100)
     X_new = r.standard_normal((200, 25))
     thr = 1e-2
-    exact = _cavi(rvm.regression, Phi, t, prune=False)
-    pruned = _cavi(rvm.regression, Phi, t, prune=True, prune_threshold=thr)
+    exact = _cavi(rvm.regression, Phi, t, b0=1e-10, prune=False, tol=1e-10, max_sweeps=20000)
+    pruned = _cavi(rvm.regression, Phi, t, b0=1e-10, prune=True, prune_threshold=thr, tol=1e-10, max_sweeps=20000)
     assert pruned.prune_events, "nothing was pruned: the test would not test pruning"
     n_pruned = 25 - pruned.prune_events[-1][1]
-    assert n_pruned >= 5
+    assert n_pruned >= 1
     assert gaussian.num_active(pruned.state.w) == 25 - n_pruned
+    assert np.all(np.asarray(pruned.state.w.frozen_var > 0).nonzero()[0] >= 3)  # only noise features
     assert exact.elbo - thr * n_pruned <= pruned.elbo <= exact.elbo + 1e-9
-    # monotone except right after a prune, where the drop is bounded by the freeze costs
     steps = np.diff(pruned.elbo_trace)
-    after_prune = {sweep for sweep, _ in pruned.prune_events}  # step from sweep s to s + 1
-    for i, step in enumerate(steps, start=1):
-        if i in after_prune:
-            assert step >= -thr * 25
-        else:
-            assert step >= -1e-9 * abs(pruned.elbo_trace[i])
+    assert np.all(steps >= -1e-9 * np.abs(pruned.elbo_trace[1:])), steps.min()
     m0, _ = exact.predict(X_new)
     m1, _ = pruned.predict(X_new)
-    assert np.max(np.abs(np.asarray(m0) - np.asarray(m1))) < 0.02
-    assert np.array_equal(exact.relevant[:3], pruned.relevant[:3])
+    assert np.max(np.abs(m0 - m1)) < 0.02
+    assert np.array_equal(exact.relevant, pruned.relevant)
 
 
 def test_freeze_cost_equals_brute_force_elbo_difference():
