@@ -243,6 +243,7 @@ def _flat_new(X_new, data):
 # regression ---------------------------------------------------------------------------------------
 def _reg_prepare(X, t=None, *, kind="p", a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, e0=1e-6, f0=1e-6, axis_priors=None):
     _check_kind(kind)
+    _table_shape(np.asarray(X))
     priors = _axis_priors(len(np.shape(X)) - 1, a0, b0, c0, d0, axis_priors)
     Phi, t, shapes, rates, table = _prepare(X, t, kind, priors, binary=False)
     lik = L.prepare_gaussian(Phi, t, jnp.asarray(check_positive("e0", e0)), jnp.asarray(check_positive("f0", f0)))
@@ -286,6 +287,7 @@ REGRESSION_GUIDE = ClosedFormGuide(
 # classification -----------------------------------------------------------------------------------
 def _clf_prepare(X, t=None, *, kind="p", a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, axis_priors=None):
     _check_kind(kind)
+    _table_shape(np.asarray(X))
     priors = _axis_priors(len(np.shape(X)) - 1, a0, b0, c0, d0, axis_priors)
     Phi, t, shapes, rates, table = _prepare(X, t, kind, priors, binary=True)
     return GridData(L.prepare_bernoulli(Phi, t), shapes, rates, table)

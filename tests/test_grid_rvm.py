@@ -1,0 +1,137 @@
+"""Grid RVM (product rule): checks against an independent NumPy evaluation, the RVM, and NumPyro."""
+import numpy as np
+import pytest
+from scipy.special import digamma, gammaln
+
+import ppl_sbl
+from ppl_sbl import gaussian
+from ppl_sbl.models import grid_rvm, rvm
+
+LOG2PI = np.log(2 * np.pi)
+
+
+def table_problem(seed, N=50, shape=(5, 3), noise=0.2):
+    r = np.random.default_rng(seed)
+    X = r.standard_normal((N,) + shape)
+    W = np.zeros(shape)
+    W[:2, :2] = [[1.0, -1.0], [2.0, 0.5]]
+    t = np.einsum("nij,ij->n", X, W) + noise * r.standard_normal(N)
+    return X, t
+
+
+def _gamma_terms(a, b, a0, b0):
+    e, elog = a / b, digamma(a) - np.log(b)
+    return np.sum(a0 * np.log(b0) - gammaln(a0) + (a0 - 1) * elog - b0 * e + a - np.log(b) + gammaln(a)
+                  + (1 - a) * digamma(a))
+
+
+def numpy_pgrid_regression(X, t, sweeps, a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, e0=1e-6, f0=1e-6):
+    """Eq. (15)-(18) of Kropotov et al. written out for two axes, and the bound (10)."""
+    N, M1, M2 = X.shape
+    Phi = X.reshape(N, -1)
+    a, b, c, d, e, f = np.full(M1, a0), np.full(M1, b0), np.full(M2, c0), np.full(M2, d0), e0, f0
+    elbos = []
+    for _ in range(sweeps):
+        prec = np.outer(a / b, c / d).ravel()
+        Sigma = np.linalg.inv(np.diag(prec) + (e / f) * Phi.T @ Phi)
+        mu = (e / f) * Sigma @ Phi.T @ t  # (15)
+        Ew2 = (mu**2 + np.diag(Sigma)).reshape(M1, M2)
+        a, b = a0 + M2 / 2, b0 + 0.5 * Ew2 @ (c / d)  # (16)
+        a = np.full(M1, a)
+        c, d = np.full(M2, c0 + M1 / 2), d0 + 0.5 * (a / b) @ Ew2  # (17), with the new q(alpha)
+        sq = np.sum((t - Phi @ mu) ** 2) + np.trace(Phi.T @ Phi @ Sigma)
+        e, f = e0 + N / 2, f0 + sq / 2  # (18)
+        ela, elb = digamma(a) - np.log(b), digamma(c) - np.log(d)
+        eg, elg = e / f, digamma(e) - np.log(f)
+        elbo = (N / 2 * (elg - LOG2PI) - eg / 2 * sq
+                + np.sum(0.5 * (ela[:, None] + elb[None, :] - LOG2PI - np.outer(a / b, c / d) * Ew2))
+                + _gamma_terms(a, b, a0, b0) + _gamma_terms(c, d, c0, d0)
+                + _gamma_terms(np.array([e]), np.array([f]), e0, f0)
+                + 0.5 * M1 * M2 * (1 + LOG2PI) + 0.5 * np.linalg.slogdet(Sigma)[1])
+        elbos.append(elbo)
+    return dict(mu=mu, b=b, d=d, f=f, elbo=np.array(elbos))
+
+
+def _fit(model, *args, **kw):
+    opts = {k: kw.pop(k) for k in list(kw) if k in ("tol", "max_sweeps", "prune")}
+    return ppl_sbl.CAVI(model, progress_bar=False, **opts).run(*args, **kw)
+
+
+def test_pgrid_sweeps_and_elbo_equal_numpy_transcription():
+    X, t = table_problem(0)
+    res = _fit(grid_rvm.regression, X, t, max_sweeps=10, tol=1e-300, prune=False)
+    ref = numpy_pgrid_regression(X, t, 10)
+    np.testing.assert_allclose(res.elbo_trace, ref["elbo"], rtol=1e-9)
+    np.testing.assert_allclose(res.state.w.mean, ref["mu"], rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(res.state.rates[0], ref["b"], rtol=1e-8)
+    np.testing.assert_allclose(res.state.rates[1], ref["d"], rtol=1e-8)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("shape", [(5, 3), (3, 2, 2)])
+def test_elbo_never_decreases(seed, shape):
+    X, t = table_problem(seed, shape=shape) if len(shape) == 2 else (None, None)
+    if X is None:
+        r = np.random.default_rng(seed)
+        X = r.standard_normal((50,) + shape)
+        t = X[:, 0, 0, 0] - X[:, 1, 1, 0] + 0.2 * r.standard_normal(50)
+    priors = dict(axis_priors=[(1e-6, 1e-6)] * len(shape)) if len(shape) != 2 else {}
+    for model, target in [(grid_rvm.regression, t), (grid_rvm.classification, (t > 0).astype(float))]:
+        res = _fit(model, X, target, max_sweeps=600, **priors)
+        steps = np.diff(res.elbo_trace)
+        assert np.all(steps >= -1e-9 * np.abs(res.elbo_trace[1:])), (model.__name__, steps.min())
+
+
+def test_check_guide_pgrid_regression_equal_classification_above_bound():
+    X, t = table_problem(1)
+    res = _fit(grid_rvm.regression, X, t)
+    check = ppl_sbl.check_guide(res, num_particles=3000)
+    assert check.passed and check.bound == "none", check.message
+    res = _fit(grid_rvm.classification, X, (t > 0).astype(float))
+    check = ppl_sbl.check_guide(res, num_particles=3000)
+    assert check.passed and res.elbo < res.elbo_exact, check.message
+
+
+def test_single_column_with_a_pinned_beta_is_the_rvm():
+    """M2 = 1 and beta ~ Gamma(c0, d0) with c0 = d0 = 1e8 (E[beta] = 1, sd 1e-4): the p-grid is
+    the RVM on the same features, up to the tiny uncertainty left in beta."""
+    r = np.random.default_rng(2)
+    Phi = r.standard_normal((40, 6))
+    t = Phi[:, 0] - 2 * Phi[:, 1] + 0.3 * r.standard_normal(40)
+    # the same number of sweeps for both, so that only beta's residual uncertainty differs
+    grid = _fit(grid_rvm.regression, Phi[:, :, None], t, c0=1e8, d0=1e8, prune=False, tol=1e-300, max_sweeps=200)
+    flat = _fit(rvm.regression, Phi, t, prune=False, tol=1e-300, max_sweeps=200)
+    np.testing.assert_allclose(grid.state.w.mean, flat.state.w.mean, rtol=1e-3, atol=1e-7)
+    np.testing.assert_allclose(grid.state.rates[0], flat.state.alpha_rate, rtol=1e-3)
+    # the ELBOs differ by beta's own terms only: KL(q(beta) || p(beta)) is ~0 for a pinned beta
+    assert grid.elbo == pytest.approx(flat.elbo, abs=0.05)
+
+
+def test_bad_inputs_are_named():
+    X, t = table_problem(0)
+    with pytest.raises(ValueError, match="`X` must have shape \\(N, M1, M2"):
+        _fit(grid_rvm.regression, X.reshape(50, -1), t)
+    with pytest.raises(ValueError, match="`t` has 49 entries but `X` has 50 rows"):
+        _fit(grid_rvm.regression, X, t[:-1])
+    with pytest.raises(ValueError, match="labels 0 or 1"):
+        _fit(grid_rvm.classification, X, np.sign(t))
+    with pytest.raises(ValueError, match="`kind`"):
+        _fit(grid_rvm.regression, X, t, kind="q")
+    with pytest.raises(ValueError, match="axis_priors"):
+        _fit(grid_rvm.regression, X[:, :, :, None], t)
+    bad = X.copy()
+    bad[0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="`X`.*NaN"):
+        _fit(grid_rvm.regression, bad, t)
+
+
+def test_models_run_under_numpyro_predictive_with_flattened_sites():
+    import jax
+    from numpyro.infer import Predictive
+
+    X, _ = table_problem(0, N=10)
+    draws = Predictive(grid_rvm.regression, num_samples=5)(jax.random.PRNGKey(0), X, a0=2.0, b0=2.0, c0=2.0, d0=2.0,
+                                                           e0=2.0, f0=1.0)
+    assert draws["alpha"].shape == (5, 5) and draws["beta"].shape == (5, 3) and draws["w"].shape == (5, 15)
+    assert draws["t"].shape == (5, 10)
+    assert gaussian.full_covariance is not None
