@@ -10,7 +10,7 @@ import numpy as np
 
 from .validation import check_matrix, check_positive
 
-__all__ = ["rbf", "linear", "add_bias"]
+__all__ = ["rbf", "rbf_table", "linear", "add_bias"]
 
 
 def _inputs(name, X):
@@ -48,6 +48,22 @@ def rbf(X, centres=None, delta=1.0, *, bias=False):
     sq = np.sum(X**2, 1)[:, None] + np.sum(C**2, 1)[None, :] - 2.0 * X @ C.T
     Phi = np.exp(-delta * np.maximum(sq, 0.0))
     return add_bias(Phi) if bias else Phi
+
+
+def rbf_table(X, centres=None, delta=1.0):
+    """Per-dimension RBF table of the grid RVM paper (section 6.1), shape (N, M, d).
+
+    Entry [n, j, i] = exp(-delta (x_n(i) - c_j(i))^2) for centre j and input dimension i, so that
+    a p-grid or s-grid model has one precision per centre (rows) and one per input dimension
+    (columns): an input dimension that carries no signal can be switched off as a whole.
+    ``centres`` defaults to ``X``.
+    """
+    X = _inputs("X", X)
+    C = X if centres is None else _inputs("centres", centres)
+    if C.shape[1] != X.shape[1]:
+        raise ValueError(f"`centres` has {C.shape[1]} input dimensions but `X` has {X.shape[1]}; they must match.")
+    delta = check_positive("delta", delta)
+    return np.exp(-delta * (X[:, None, :] - C[None, :, :]) ** 2)
 
 
 def linear(X, *, bias=True):

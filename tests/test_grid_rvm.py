@@ -135,3 +135,16 @@ def test_models_run_under_numpyro_predictive_with_flattened_sites():
     assert draws["alpha"].shape == (5, 5) and draws["beta"].shape == (5, 3) and draws["w"].shape == (5, 15)
     assert draws["t"].shape == (5, 10)
     assert gaussian.full_covariance is not None
+
+
+def test_rbf_table_entries_by_brute_force():
+    r = np.random.default_rng(0)
+    X, C = r.standard_normal((4, 3)), r.standard_normal((5, 3))
+    T = ppl_sbl.basis.rbf_table(X, C, delta=0.7)
+    assert T.shape == (4, 5, 3)
+    for n in range(4):
+        for j in range(5):
+            for i in range(3):
+                assert T[n, j, i] == pytest.approx(np.exp(-0.7 * (X[n, i] - C[j, i]) ** 2))
+    # the product over dimensions of the table is the ordinary RBF
+    np.testing.assert_allclose(T.prod(axis=2), ppl_sbl.basis.rbf(X, C, delta=0.7))
