@@ -3,7 +3,7 @@
 Not a test. Fits the same problem -- noisy sinc, Gaussian RBF basis (delta = 5.55) centred on
 every training point plus a bias, so M = N + 1 -- at several training sizes N with
 
-1. ``ppl_sbl.CAVI(rvm.regression)`` to convergence (tol 1e-7), pruned and un-pruned;
+1. ``ppl_sbl.CAVI(rvm.regression)`` to convergence (tol 1e-9), pruned and un-pruned;
 2. scikit-learn ``ARDRegression()`` with default settings on the same Phi;
 3. NumPyro SVI (``AutoNormal`` guide, Adam) on the same NumPyro model ``rvm.regression``
    (default hyperparameters), run in jitted ``lax.scan`` chunks until the smoothed training
@@ -428,8 +428,8 @@ def parse_args(argv=None):
     p.add_argument("--svi-monitor-particles", type=int, default=64,
                    help="particles of the ELBO estimate taken after every chunk")
     p.add_argument("--svi-final-particles", type=int, default=4096, help="particles of SVI's final ELBO")
-    p.add_argument("--tol", type=float, default=1e-7, help="CAVI tolerance")
-    p.add_argument("--max-sweeps", type=int, default=5000, help="CAVI max sweeps")
+    p.add_argument("--tol", type=float, default=1e-9, help="CAVI tolerance")
+    p.add_argument("--max-sweeps", type=int, default=20000, help="CAVI max sweeps")
     p.add_argument("--n", dest="cavi_only", type=int, nargs="*", default=[], metavar="N",
                    help="extra sizes for our (pruned) CAVI alone, each in a fresh subprocess "
                         "recording peak RSS, e.g. --n 5000")
@@ -543,15 +543,15 @@ def main(argv=None):
     cavi_only = []
     for n in args.cavi_only:
         print(f"\n== CAVI alone (pruned) at N = {n}, fresh subprocess", flush=True)
-        out = measure_in_subprocess(n, True, args.tol, args.max_sweeps, args.cavi_only_timeout)
-        cavi_only.append(out)
-        if "error" in out:
-            print(f"  failed: {out['error']}", flush=True)
+        measured = measure_in_subprocess(n, True, args.tol, args.max_sweeps, args.cavi_only_timeout)
+        cavi_only.append(measured)
+        if "error" in measured:
+            print(f"  failed: {measured['error']}", flush=True)
         else:
-            print(f"  {out['seconds_incl_jit']:.1f}s incl. jit ({out['subprocess_wall_seconds']:.1f}s process); "
-                  f"peak RSS {out['peak_rss_mib']:.0f} MiB (after building Phi: {out['rss_after_data_mib']:.0f} MiB); "
-                  f"ELBO {out['elbo']:.3f}; {out['num_sweeps']} sweeps; relevant {out['relevant']}; "
-                  f"RMSE {out['rmse']:.4f}", flush=True)
+            print(f"  {measured['seconds_incl_jit']:.1f}s incl. jit ({measured['subprocess_wall_seconds']:.1f}s process); "
+                  f"peak RSS {measured['peak_rss_mib']:.0f} MiB (after building Phi: {measured['rss_after_data_mib']:.0f} MiB); "
+                  f"ELBO {measured['elbo']:.3f}; {measured['num_sweeps']} sweeps; relevant {measured['relevant']}; "
+                  f"RMSE {measured['rmse']:.4f}", flush=True)
 
     print("", flush=True)
     table = print_table(rows)

@@ -83,8 +83,8 @@ def build_parser():
     cmp.add_argument("--noise-features", type=int, default=0,
                      help="sinc only: number of pure-noise input features appended (default 0)")
     cmp.add_argument("--seed", type=int, default=0, help="sinc only: random seed of the generated data")
-    cmp.add_argument("--tol", type=float, default=1e-7, help="relative ELBO change at which CAVI stops (default 1e-7)")
-    cmp.add_argument("--max-sweeps", type=int, default=5000, help="upper limit on CAVI sweeps (default 5000)")
+    cmp.add_argument("--tol", type=float, default=1e-9, help="relative ELBO change at which CAVI stops (default 1e-9)")
+    cmp.add_argument("--max-sweeps", type=int, default=20000, help="upper limit on CAVI sweeps (default 20000)")
     cmp.add_argument("--progress", action="store_true", default=None, help="always show progress bars")
     cmp.set_defaults(func=compare_command)
     return parser

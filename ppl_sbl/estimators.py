@@ -84,7 +84,7 @@ class RVR(_RVMBase):
     _param_names = _RVMBase._param_names + ("e0", "f0")
 
     def __init__(self, kernel="rbf", delta=1.0, bias=True, a0=1e-6, b0=1e-6, e0=1e-6, f0=1e-6,
-                 tol=1e-7, max_sweeps=5000, prune=True, progress_bar=None):
+                 tol=1e-9, max_sweeps=20000, prune=True, progress_bar=None):
         self.kernel, self.delta, self.bias = kernel, delta, bias
         self.a0, self.b0, self.e0, self.f0 = a0, b0, e0, f0
         self.tol, self.max_sweeps, self.prune, self.progress_bar = tol, max_sweeps, prune, progress_bar
@@ -118,7 +118,7 @@ class RVC(_RVMBase):
     """
 
     def __init__(self, kernel="rbf", delta=1.0, bias=True, a0=1e-6, b0=1e-6,
-                 tol=1e-7, max_sweeps=5000, prune=True, progress_bar=None):
+                 tol=1e-9, max_sweeps=20000, prune=True, progress_bar=None):
         self.kernel, self.delta, self.bias = kernel, delta, bias
         self.a0, self.b0 = a0, b0
         self.tol, self.max_sweeps, self.prune, self.progress_bar = tol, max_sweeps, prune, progress_bar

@@ -161,6 +161,9 @@ class CAVI:
         Use this guide instead of the attached one.
     tol : float
         Stop when |L_t - L_{t-1}| / |L_t| < tol (relative change of the ELBO between sweeps).
+        Vague Gamma hyperpriors put a large constant into the ELBO (about ln(1/a0) nats per
+        precision), so the default is small: 1e-9 (with 1e-7 the RVM on 1000 sinc points stops
+        0.2 nats short, with visibly different predictions).
     max_sweeps : int
         Upper limit on the number of sweeps.
     prune : bool
@@ -182,8 +185,8 @@ class CAVI:
 
     model: Callable
     guide: Any = None
-    tol: float = 1e-7
-    max_sweeps: int = 5000
+    tol: float = 1e-9
+    max_sweeps: int = 20000
     prune: bool = True
     prune_threshold: float = 1e-3
     prune_after: float = 1e-4
@@ -285,7 +288,7 @@ class CAVI:
         return bar
 
 
-def fit(guide: ClosedFormGuide, data, *, tol=1e-7, max_sweeps=5000, init_state=None):
+def fit(guide: ClosedFormGuide, data, *, tol=1e-9, max_sweeps=20000, init_state=None):
     """CAVI as one pure function (``lax.while_loop``, no pruning): jit- and vmap-able.
 
     Returns ``(state, elbo, num_sweeps, converged)``. Use it to fit many problems of the same
@@ -332,7 +335,7 @@ class CAVIResult:
     state: Any
     elbo_trace: np.ndarray
     converged: bool
-    tol: float = 1e-7
+    tol: float = 1e-9
     prune_events: list = dataclasses.field(default_factory=list)
     seconds: float = float("nan")
     relevance_ratio: float = 1.0
