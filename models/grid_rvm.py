@@ -13,17 +13,33 @@ paper: tables with K >= 2 axes, one precision per index of each axis, combined b
 the sum rule; for K > 2 the precision sites are ``precision_0`` ... ``precision_{K-1}`` with
 priors ``axis_priors=[(shape, rate), ...]``. K = 2 is exactly the paper's model.
 
-Closed-form guide (this module: the product rule; the sum rule needs the log-sum bound (31) and
-is not implemented yet): q(w) q(alpha) q(beta) q(gamma) (or xi), one sweep
+Closed-form guides: q(w) q(alpha) q(beta) q(gamma) (or xi), one sweep
 
-    q(w)      Sigma = (diag(E alpha_i E beta_j) + E[gamma] Phi^T Phi)^-1, mu = ...     (15) / (29)
-    q(alpha)  a_i = a0 + M2/2, b_i = b0 + 1/2 sum_j E[beta_j] E[w_ij^2]                 (16)
-    q(beta)   c_j = c0 + M1/2, d_j = d0 + 1/2 sum_i E[alpha_i] E[w_ij^2] (new q(alpha))  (17)
+    q(w)      Sigma = (diag(P) + E[gamma] Phi^T Phi)^-1, mu = E[gamma] Sigma Phi^T t      (15)
+              (classification: 2 Phi^T Lambda(xi) Phi and mu = Sigma Phi^T (t - 1/2), (29)),
+              P_ij = E[alpha_i] E[beta_j] (p) or E[alpha_i] + E[beta_j] (s)
+    p-grid    a_i = a0 + M2/2, b_i = b0 + 1/2 sum_j E[beta_j] E[w_ij^2]                (16)
+              c_j = c0 + M1/2, d_j = d0 + 1/2 sum_i E[alpha_i] E[w_ij^2] (new q(alpha))  (17)
+    s-grid    a_i = a0 + 1/2 sum_j r_ij, b_i = b0 + 1/2 sum_j E[w_ij^2]                 (33)
+              c_j = c0 + 1/2 sum_i (1 - r_ij), d_j = d0 + 1/2 sum_i E[w_ij^2]           (34)
+              with r_ij = eta_ij / (eta_ij + zeta_ij)
     q(gamma)  (18), or xi (30)
+    s-grid    eta_ij = exp(E[ln alpha_i]), zeta_ij = exp(E[ln beta_j])                  (35)
 
-and for K axes the same, axis after axis, each with the newest factors of the others. The ELBO
-is (10) (with the JJ bound (27): (28)), evaluated with (19)-(26), where (23) is read as
-E[beta_j] = c_j / d_j and (26) as E[ln gamma] = psi(e) - ln f (the printed versions are misprints).
+and for K axes the same, axis after axis, each with the newest factors of the others (for the
+sum rule with r_k = eta_k / sum_l eta_l). The ELBO is (10) (with the JJ bound (27): (28); for the
+s-grid with the log-sum bound (31): (32)), evaluated with (19)-(26), where (23) is read as
+E[beta_j] = c_j / d_j and (26) as E[ln gamma] = psi(e) - ln f (the printed versions are
+misprints). The s-grid starts from eta = zeta = 1; since both that start and (35) depend on one
+index only, eta and zeta are stored as one vector per axis (``log_eta``). ``elbo_exact`` replaces
+each local bound by the exact expectation (E[ln(alpha_i + beta_j)] by a one-dimensional
+integral, see :func:`ppl_sbl.bounds.expected_log_sum_gamma`), and ``result.bound_gaps`` says how
+many nats each bound loses.
+
+Under the sum rule a row (or column) can hand all of its responsibility to the other axis:
+r_ij -> 0 for every j leaves q(alpha_i) = Gamma(a0, b_i) with E[alpha_i] ~ a0 / b_i ~ 0, i.e.
+the precision of w_ij is beta_j alone. That is a legitimate fixed point, but with a0 = 1e-6
+draws of that factor are exact zeros in float64, so Monte Carlo checks need larger prior shapes.
 """
 from __future__ import annotations
 
@@ -38,12 +54,13 @@ import numpyro.distributions as dist
 from ppl_sbl import expfam
 from ppl_sbl import gaussian as G
 from ppl_sbl import likelihoods as L
-from ppl_sbl.bounds import expected_sigmoid
+from ppl_sbl.bounds import expected_log_sum_gamma, expected_sigmoid, log_sum_bound
 from ppl_sbl.inference import ClosedFormGuide, closed_form_guide
 from ppl_sbl.validation import check_binary, check_matrix, check_positive, check_targets
 
 __all__ = ["regression", "classification", "GridData", "GridRegressionState", "GridClassificationState",
-           "REGRESSION_GUIDE", "CLASSIFICATION_GUIDE", "site_names"]
+           "REGRESSION_GUIDE", "CLASSIFICATION_GUIDE", "S_REGRESSION_GUIDE", "S_CLASSIFICATION_GUIDE",
+           "site_names"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -107,13 +124,14 @@ def _table_shape(X):
 # ----------------------------------------------------------------------------------------------
 class GridData(NamedTuple):
     """lik: the likelihood's constants on the flattened table Phi (N, M1 * ... * MK);
-    table_shape: static (M1, ..., MK) (a tuple, not traced); prior_shapes, prior_rates: the Gamma
-    prior of each axis, tuples of scalars."""
+    prior_shapes, prior_rates: the Gamma prior of each axis, tuples of scalars; table_shape:
+    static (M1, ..., MK); kind: static "p" or "s"."""
 
     lik: object
     prior_shapes: tuple
     prior_rates: tuple
     table_shape: tuple
+    kind: str = "p"
 
     @property
     def Phi(self):
@@ -126,39 +144,40 @@ class GridData(NamedTuple):
 
 jax.tree_util.register_pytree_node(
     GridData,
-    lambda d: ((d.lik, d.prior_shapes, d.prior_rates), d.table_shape),
-    lambda shape, children: GridData(*children, shape),
+    lambda d: ((d.lik, d.prior_shapes, d.prior_rates), (d.table_shape, d.kind)),
+    lambda static, children: GridData(*children, *static),
 )
 
 
 class GridRegressionState(NamedTuple):
-    """w: q(w); shapes, rates: tuples of (M_k,) Gamma parameters, one per axis; gamma_shape, gamma_rate."""
+    """w: q(w); shapes, rates: tuples of (M_k,) Gamma parameters, one per axis; gamma_shape,
+    gamma_rate; log_eta: s-grid only, one (M_k,) vector of ln eta per axis (eta_ij = eta_i,
+    zeta_ij = zeta_j: the start eta = zeta = 1 and update (35) both depend on one index only),
+    an empty tuple for the p-grid."""
 
     w: G.ActiveGaussian
     shapes: tuple
     rates: tuple
     gamma_shape: jax.Array
     gamma_rate: jax.Array
+    log_eta: tuple = ()
 
 
 class GridClassificationState(NamedTuple):
-    """w: q(w); shapes, rates: one pair of (M_k,) Gamma parameters per axis; xi (N,)."""
+    """w: q(w); shapes, rates: one pair of (M_k,) Gamma parameters per axis; xi (N,); log_eta as
+    in :class:`GridRegressionState`."""
 
     w: G.ActiveGaussian
     shapes: tuple
     rates: tuple
     xi: jax.Array
+    log_eta: tuple = ()
 
 
 def _prepare(X, t, kind, priors, binary):
     _check_kind(kind)
     X = np.asarray(X, dtype=np.float64)
     N, shape = _table_shape(X)
-    if kind == "s":
-        raise NotImplementedError(
-            "the closed-form guide of the s-grid (log-sum bound (31), updates (33)-(35)) is not "
-            "implemented yet; the model itself runs under NUTS and SVI."
-        )
     if t is None:
         raise ValueError("`t` is required to fit the model; pass the observed targets.")
     Phi = check_matrix("X", X.reshape(N, -1))
@@ -173,46 +192,97 @@ def _means(shapes, rates):
     return [expfam.gamma_mean(a, b) for a, b in zip(shapes, rates)]
 
 
-def _prior_precision(state):
-    return _combine(_means(state.shapes, state.rates), "p")
+def _mean_logs(shapes, rates):
+    return [expfam.gamma_mean_log(a, b) for a, b in zip(shapes, rates)]
+
+
+def _along(vector, axis, table_shape):
+    """A per-index vector of one axis, shaped to broadcast against the table."""
+    shape = [1] * len(table_shape)
+    shape[axis] = table_shape[axis]
+    return vector.reshape(shape)
+
+
+def _prior_precision(state, data):
+    """E[precision of w_k] per cell: prod_k E[x_k] (p) or sum_k E[x_k] (s), flattened in C order."""
+    return _combine(_means(state.shapes, state.rates), data.kind)
+
+
+def _log_sum(state, data, exact=False):
+    """Per cell: the log-sum bound (31) on E[ln sum_k x_k] and the responsibilities r_k
+    (s-grid), or with ``exact`` the quadrature value of E[ln sum_k x_k] itself."""
+    ts = data.table_shape
+    if exact:
+        shapes = [_along(a, k, ts) for k, a in enumerate(state.shapes)]
+        rates = [_along(b, k, ts) for k, b in enumerate(state.rates)]
+        return expected_log_sum_gamma(shapes, rates), None
+    logs = [_along(m, k, ts) for k, m in enumerate(_mean_logs(state.shapes, state.rates))]
+    log_etas = [_along(e, k, ts) for k, e in enumerate(state.log_eta)]
+    value, r = log_sum_bound(logs, log_etas)
+    return jnp.broadcast_to(value, ts), [jnp.broadcast_to(rk, ts) for rk in r]
 
 
 def _update_axes(state, data, w_second_moment):
-    """Eq. (16)-(17) for every axis in turn, each with the newest factors of the others."""
-    table = w_second_moment.reshape(data.table_shape)
-    K = len(data.table_shape)
-    means = _means(state.shapes, state.rates)
+    """p-grid (16)-(17) / s-grid (33)-(34) for every axis in turn, each with the newest factors
+    of the others (the s-grid updates need only the responsibilities r_k = eta_k / sum eta)."""
+    ts = data.table_shape
+    table = w_second_moment.reshape(ts)
+    K = len(ts)
+    size = int(np.prod(ts))
     shapes, rates = list(state.shapes), list(state.rates)
-    size = int(np.prod(data.table_shape))
+    if data.kind == "s":
+        _, r = _log_sum(state, data)
+    means = _means(state.shapes, state.rates)
     for k in range(K):
-        weighted = table
-        for l in range(K):
-            if l != k:
-                bshape = [1] * K
-                bshape[l] = data.table_shape[l]
-                weighted = weighted * means[l].reshape(bshape)
         other = tuple(l for l in range(K) if l != k)
-        shapes[k] = data.prior_shapes[k] + 0.5 * (size // data.table_shape[k]) * jnp.ones(data.table_shape[k])
+        if data.kind == "p":
+            weighted = table
+            for l in other:
+                weighted = weighted * _along(means[l], l, ts)
+            shapes[k] = data.prior_shapes[k] + 0.5 * (size // ts[k]) * jnp.ones(ts[k])
+        else:
+            weighted = table
+            shapes[k] = data.prior_shapes[k] + 0.5 * jnp.sum(r[k], axis=other)
         rates[k] = data.prior_rates[k] + 0.5 * jnp.sum(weighted, axis=other)
         means[k] = expfam.gamma_mean(shapes[k], rates[k])
     return tuple(shapes), tuple(rates)
 
 
-def _prior_terms(state, data, w_second_moment):
-    """E[ln p(w | precisions)] + sum over axes of E[ln p(precision)] + H[q(precision)] + H[q(w)]."""
+def _update_eta(shapes, rates, data):
+    """Eq. (35): eta_ij = exp(E[ln alpha_i]), zeta_ij = exp(E[ln beta_j]) (s-grid), stored as logs."""
+    return tuple(_mean_logs(shapes, rates)) if data.kind == "s" else ()
+
+
+def _prior_terms(state, data, w_second_moment, exact=False):
+    """E[ln p(w | precisions)] (p-grid exact; s-grid with the log-sum bound, or with ``exact``
+    by quadrature) + sum over axes of E[ln p(precision)] + H[q(precision)] + H[q(w)]."""
     means = _means(state.shapes, state.rates)
-    logs = [expfam.gamma_mean_log(a, b) for a, b in zip(state.shapes, state.rates)]
-    log_p_w = jnp.sum(expfam.normal_expected_log_density(w_second_moment, _combine(means, "p"), _combine(logs, "s")))
+    logs = _mean_logs(state.shapes, state.rates)
+    if data.kind == "p":
+        log_precision = _combine(logs, "s")  # E[ln prod_k x_k] = sum_k E[ln x_k]
+    else:
+        log_precision = _log_sum(state, data, exact)[0].reshape(-1)
+    log_p_w = jnp.sum(
+        expfam.normal_expected_log_density(w_second_moment, _combine(means, data.kind), log_precision)
+    )
     total = log_p_w + G.entropy(state.w)
     for a, b, a0, b0, m, lg in zip(state.shapes, state.rates, data.prior_shapes, data.prior_rates, means, logs):
         total = total + jnp.sum(expfam.gamma_expected_log_density(a0, b0, m, lg) + expfam.gamma_entropy(a, b))
     return total
 
 
+def _log_sum_gap(state, data):
+    """Nats lost by the log-sum bound: 1/2 sum_cells (E[ln sum_k x_k] - bound) >= 0."""
+    exact = _log_sum(state, data, exact=True)[0]
+    bound = _log_sum(state, data)[0]
+    return 0.5 * jnp.sum(exact - bound)
+
+
 def _init_axes(data):
     shapes = tuple(jnp.full(m, a) for m, a in zip(data.table_shape, data.prior_shapes))
     rates = tuple(jnp.full(m, b) for m, b in zip(data.table_shape, data.prior_rates))
-    return shapes, rates
+    log_eta = tuple(jnp.zeros(m) for m in data.table_shape) if data.kind == "s" else ()  # eta = zeta = 1
+    return shapes, rates, log_eta
 
 
 def _make_guide(has_gamma):
@@ -247,30 +317,30 @@ def _reg_prepare(X, t=None, *, kind="p", a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, e0=
     priors = _axis_priors(len(np.shape(X)) - 1, a0, b0, c0, d0, axis_priors)
     Phi, t, shapes, rates, table = _prepare(X, t, kind, priors, binary=False)
     lik = L.prepare_gaussian(Phi, t, jnp.asarray(check_positive("e0", e0)), jnp.asarray(check_positive("f0", f0)))
-    return GridData(lik, shapes, rates, table)
+    return GridData(lik, shapes, rates, table, kind)
 
 
 def _reg_init(data):
-    shapes, rates = _init_axes(data)
+    shapes, rates, log_eta = _init_axes(data)
     w = G.init_active_gaussian(data.Phi.shape[1], L.gaussian_rank(data.lik))
-    return GridRegressionState(w, shapes, rates, data.lik.e0, data.lik.f0)
+    return GridRegressionState(w, shapes, rates, data.lik.e0, data.lik.f0, log_eta)
 
 
 def _reg_update(state, data):
-    w = L.gaussian_update_w(state.w, _prior_precision(state), state.gamma_shape, state.gamma_rate, data.lik)  # (15)
-    shapes, rates = _update_axes(state, data, G.second_moments(w))  # (16), (17)
+    w = L.gaussian_update_w(state.w, _prior_precision(state, data), state.gamma_shape, state.gamma_rate, data.lik)  # (15)
+    shapes, rates = _update_axes(state, data, G.second_moments(w))  # (16)-(17) / (33)-(34)
     gamma_shape, gamma_rate = L.gaussian_update_gamma(w, data.lik)  # (18)
-    return GridRegressionState(w, shapes, rates, gamma_shape, gamma_rate)
+    return GridRegressionState(w, shapes, rates, gamma_shape, gamma_rate, _update_eta(shapes, rates, data))  # (35)
 
 
-def _reg_elbo(state, data):
+def _reg_elbo(state, data, exact=False):
     return L.gaussian_elbo_terms(state.w, state.gamma_shape, state.gamma_rate, data.lik) + _prior_terms(
-        state, data, G.second_moments(state.w)
+        state, data, G.second_moments(state.w), exact
     )
 
 
 def _reg_relevance(state, data):
-    return _prior_precision(state), L.gaussian_data_precision(state.gamma_shape, state.gamma_rate, data.lik)
+    return _prior_precision(state, data), L.gaussian_data_precision(state.gamma_shape, state.gamma_rate, data.lik)
 
 
 def _reg_predict(state, data, X_new):
@@ -282,6 +352,10 @@ REGRESSION_GUIDE = ClosedFormGuide(
     prepare=_reg_prepare, init=_reg_init, update=_reg_update, elbo=_reg_elbo, guide=_make_guide(True),
     predict=_reg_predict, relevance=_reg_relevance, elbo_exact=None, bound="none",
 )
+S_REGRESSION_GUIDE = REGRESSION_GUIDE._replace(
+    elbo_exact=lambda state, data: _reg_elbo(state, data, exact=True), bound="log-sum",
+    bound_gaps=lambda state, data: {"log-sum": _log_sum_gap(state, data)},
+)
 
 
 # classification -----------------------------------------------------------------------------------
@@ -290,18 +364,21 @@ def _clf_prepare(X, t=None, *, kind="p", a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, axi
     _table_shape(np.asarray(X))
     priors = _axis_priors(len(np.shape(X)) - 1, a0, b0, c0, d0, axis_priors)
     Phi, t, shapes, rates, table = _prepare(X, t, kind, priors, binary=True)
-    return GridData(L.prepare_bernoulli(Phi, t), shapes, rates, table)
+    return GridData(L.prepare_bernoulli(Phi, t), shapes, rates, table, kind)
 
 
 def _clf_init(data):
-    shapes, rates = _init_axes(data)
-    return GridClassificationState(G.init_active_gaussian(data.Phi.shape[1]), shapes, rates, jnp.ones(data.Phi.shape[0]))
+    shapes, rates, log_eta = _init_axes(data)
+    return GridClassificationState(
+        G.init_active_gaussian(data.Phi.shape[1]), shapes, rates, jnp.ones(data.Phi.shape[0]), log_eta
+    )
 
 
 def _clf_update(state, data):
-    w = L.jj_update_w(state.w, _prior_precision(state), state.xi, data.lik)  # (29)
-    shapes, rates = _update_axes(state, data, G.second_moments(w))  # (16), (17)
-    return GridClassificationState(w, shapes, rates, L.jj_update_xi(w, data.lik))  # (30)
+    w = L.jj_update_w(state.w, _prior_precision(state, data), state.xi, data.lik)  # (29)
+    shapes, rates = _update_axes(state, data, G.second_moments(w))  # (16)-(17) / (33)-(34)
+    xi = L.jj_update_xi(w, data.lik)  # (30)
+    return GridClassificationState(w, shapes, rates, xi, _update_eta(shapes, rates, data))  # (35)
 
 
 def _clf_elbo(state, data):
@@ -309,11 +386,21 @@ def _clf_elbo(state, data):
 
 
 def _clf_elbo_exact(state, data):
-    return L.bernoulli_exact_terms(state.w, data.lik) + _prior_terms(state, data, G.second_moments(state.w))
+    return L.bernoulli_exact_terms(state.w, data.lik) + _prior_terms(
+        state, data, G.second_moments(state.w), exact=data.kind == "s"
+    )
+
+
+def _clf_gaps(state, data):
+    jj = L.bernoulli_exact_terms(state.w, data.lik) - L.jj_elbo_terms(state.w, state.xi, data.lik)
+    gaps = {"jaakkola-jordan": jj}
+    if data.kind == "s":
+        gaps["log-sum"] = _log_sum_gap(state, data)
+    return gaps
 
 
 def _clf_relevance(state, data):
-    return _prior_precision(state), L.jj_data_precision(state.xi, data.lik)
+    return _prior_precision(state, data), L.jj_data_precision(state.xi, data.lik)
 
 
 def _clf_predict(state, data, X_new):
@@ -324,13 +411,25 @@ def _clf_predict(state, data, X_new):
 CLASSIFICATION_GUIDE = ClosedFormGuide(
     prepare=_clf_prepare, init=_clf_init, update=_clf_update, elbo=_clf_elbo, guide=_make_guide(False),
     predict=_clf_predict, relevance=_clf_relevance, elbo_exact=_clf_elbo_exact, bound="jaakkola-jordan",
+    bound_gaps=_clf_gaps,
 )
+S_CLASSIFICATION_GUIDE = CLASSIFICATION_GUIDE._replace(bound="jaakkola-jordan+log-sum")
+
+
+def _regression_guide(X, t=None, *, kind="p", **hyper):
+    _check_kind(kind)
+    return S_REGRESSION_GUIDE if kind == "s" else REGRESSION_GUIDE
+
+
+def _classification_guide(X, t=None, *, kind="p", **hyper):
+    _check_kind(kind)
+    return S_CLASSIFICATION_GUIDE if kind == "s" else CLASSIFICATION_GUIDE
 
 
 # ----------------------------------------------------------------------------------------------
 # NumPyro programs (the guides above are attached to them)
 # ----------------------------------------------------------------------------------------------
-@closed_form_guide(REGRESSION_GUIDE)
+@closed_form_guide(_regression_guide)
 def regression(X, t=None, *, kind="p", a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, e0=1e-6, f0=1e-6, axis_priors=None):
     """Grid RVM regression: t ~ N(<X_n, W>, 1/gamma), W_ij ~ N(0, 1/(alpha_i beta_j)) (p) or
     N(0, 1/(alpha_i + beta_j)) (s).
@@ -355,7 +454,7 @@ def regression(X, t=None, *, kind="p", a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, e0=1e
         numpyro.sample("t", dist.Normal(jnp.reshape(X, (N, -1)) @ w, jax.lax.rsqrt(gamma)), obs=t)
 
 
-@closed_form_guide(CLASSIFICATION_GUIDE)
+@closed_form_guide(_classification_guide)
 def classification(X, t=None, *, kind="p", a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, axis_priors=None):
     """Grid RVM classification: t_n ~ Bernoulli(logits = <X_n, W>), t_n in {0, 1}; the grid
     prior of :func:`regression`. Sites: ``alpha``, ``beta`` (or ``precision_k``), ``w``, ``t``."""

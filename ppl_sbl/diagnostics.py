@@ -60,9 +60,19 @@ def check_guide(result, num_particles: int = 4000, seed: int = 0, num_se: float 
     values = monte_carlo_elbo(
         result.model, result.guide, *result.args, num_particles=num_particles, seed=seed, **result.kwargs
     )
+    elbo = result.elbo
+    bad = int(np.sum(~np.isfinite(values)))
+    if bad:
+        message = (
+            f"{bad} of {len(values)} Monte Carlo particles are not finite: a draw of q has zero "
+            "density under q or the model (a Gamma factor with a tiny shape, such as a prior shape of "
+            "1e-6 left unchanged by the updates, draws exact zeros in float64); check the guide on "
+            "the same problem with larger prior shapes."
+        )
+        return GuideCheck(elbo, result.elbo_exact, float("nan"), float("nan"), int(num_particles), result.bound,
+                          False, message)
     mc = float(np.mean(values))
     se = float(np.std(values, ddof=1) / np.sqrt(len(values)))
-    elbo = result.elbo
     slack = num_se * se + rtol * max(1.0, abs(elbo))
     bound = result.bound
     exact = result.elbo_exact
