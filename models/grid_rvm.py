@@ -370,7 +370,7 @@ def _clf_prepare(X, t=None, *, kind="p", a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, axi
 def _clf_init(data):
     shapes, rates, log_eta = _init_axes(data)
     return GridClassificationState(
-        G.init_active_gaussian(data.Phi.shape[1]), shapes, rates, jnp.ones(data.Phi.shape[0]), log_eta
+        G.init_active_gaussian(data.Phi.shape[1], L.jj_rank(data.lik)), shapes, rates, jnp.ones(data.Phi.shape[0]), log_eta
     )
 
 

@@ -264,7 +264,7 @@ def _classification_prepare(Phi, t=None, *, a0=1e-6, b0=1e-6, groups=None):
 def _classification_init(data: ClassificationData) -> ClassificationState:
     N, M = data.Phi.shape
     return ClassificationState(
-        w=G.init_active_gaussian(M),
+        w=G.init_active_gaussian(M, L.jj_rank(data.lik)),
         alpha_shape=jnp.full_like(data.group_sizes, data.a0),
         alpha_rate=jnp.full_like(data.group_sizes, data.b0),
         xi=jnp.ones(N),

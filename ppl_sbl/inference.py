@@ -139,6 +139,13 @@ def _compact_state(state, size):
     return state._replace(**{f: _gauss.compact(getattr(state, f), size) for f in fields})
 
 
+def _strong(tree):
+    """The same pytree with every array leaf strongly typed: a weakly typed start (Python scalars
+    broadcast by ``init``) would give the first sweeps other abstract types than the later ones,
+    and each would compile the sweep again."""
+    return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)) if hasattr(x, "dtype") else x, tree)
+
+
 _SWEEPS = {}
 _PRUNE_EVERY = 5  # sweeps between pruning checks (each check synchronises with the host)
 
@@ -224,8 +231,8 @@ class CAVI:
     def run(self, *args, init_state=None, **kwargs) -> "CAVIResult":
         """Fit the guide to ``model(*args, **kwargs)`` and return a :class:`CAVIResult`."""
         g = resolve_guide(self.closed_form, args, kwargs)
-        data = g.prepare(*args, **kwargs)
-        state = g.init(data) if init_state is None else init_state
+        data = _strong(g.prepare(*args, **kwargs))
+        state = _strong(g.init(data) if init_state is None else init_state)
         threshold = jnp.asarray(self.prune_threshold, dtype=jnp.float64)
         do_prune = bool(self.prune) and bool(_active_gaussians(state))
 
@@ -314,7 +321,7 @@ def fit(guide: ClosedFormGuide, data, *, tol=1e-9, max_sweeps=20000, init_state=
     Returns ``(state, elbo, num_sweeps, converged)``. Use it to fit many problems of the same
     shape at once, e.g. ``jax.vmap(lambda d: fit(guide, d))(stacked_data)``.
     """
-    state = guide.init(data) if init_state is None else init_state
+    state = _strong(guide.init(data) if init_state is None else init_state)
 
     def body(carry):
         state, old, _, i = carry

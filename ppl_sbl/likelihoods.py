@@ -31,6 +31,7 @@ __all__ = [
     "gaussian_data_precision",
     "BernoulliLikelihood",
     "prepare_bernoulli",
+    "jj_rank",
     "jj_update_w",
     "jj_update_xi",
     "jj_elbo_terms",
@@ -156,16 +157,26 @@ def jj_data_precision(xi, lik: BernoulliLikelihood):
     return 2.0 * (lik.Phi**2).T @ jj_lambda(xi)
 
 
+def jj_rank(lik: BernoulliLikelihood):
+    """Rank of the factored form of q(w) (N, when N <= M / 3: Phi^T Lambda Phi has rank <= N and
+    the Woodbury update costs O(M N^2) instead of O(M^3)), or None for the dense form."""
+    N, M = lik.Phi.shape
+    return N if N <= M // 3 else None
+
+
 def jj_update_w(q: G.ActiveGaussian, prior_precision, xi, lik: BernoulliLikelihood):
-    """q(w) under the JJ bound: eq. (29)."""
+    """q(w) under the JJ bound: eq. (29). In the factored form (see :func:`jj_rank`) the data
+    precision 2 Phi_A^T Lambda Phi_A is passed as its factor (sqrt(2 lambda) Phi_A)^T."""
     lam = jj_lambda(xi)
     phi_a = G.gather_columns(lik.Phi, q.index)
+    factor = (jnp.sqrt(2.0 * lam)[:, None] * phi_a).T if q.base.shape[0] > 0 else None
     return G.update_active_gaussian(
         q,
         prior_precision,
         lambda: 2.0 * phi_a.T @ (lam[:, None] * phi_a),
         phi_a.T @ (lik.t - 0.5),
         jj_data_precision(xi, lik),
+        data_factor=factor,
     )
 
 
