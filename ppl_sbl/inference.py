@@ -147,7 +147,8 @@ def _strong(tree):
 
 
 _SWEEPS = {}
-_PRUNE_EVERY = 5  # sweeps between pruning checks (each check synchronises with the host)
+_PRUNE_EVERY = 5  # sweeps between pruning checks (each check synchronises with the host) ...
+_PRUNE_EVERY_MAX = 80  # ... doubling up to this while checks find nothing to prune
 
 
 def _compiled(name, guide, fn):
@@ -243,7 +244,7 @@ class CAVI:
         bar = None
         previous = -math.inf
         pending = None  # the state before the last prune, until the sweep after it is accepted
-        wait, backoff = 0, 10
+        wait, backoff, gap = 0, 10, _PRUNE_EVERY
         for i in range(int(self.max_sweeps)):
             state, value = sweep(state, data)
             value = float(value)
@@ -270,10 +271,13 @@ class CAVI:
             # to the next sweep, so the recorded ELBO always belongs to an updated state
             allow = i > 0 and abs(value - previous) <= self.prune_after * abs(value)
             previous = value
-            if do_prune and allow and i >= wait and i % _PRUNE_EVERY == 0:
+            if do_prune and allow and i >= wait:
                 before = _num_active(state)
                 pruned = _compiled_prune(g)(state, data, threshold)
                 active = _num_active(pruned)
+                # the next check: soon after a prune, further and further apart while none is found
+                gap = _PRUNE_EVERY if active < before else min(2 * gap, _PRUNE_EVERY_MAX)
+                wait = max(wait, i + gap)
                 if active < before:
                     prune_events.append((i + 1, active))
                     pending = state
