@@ -21,7 +21,7 @@ if not _os.path.isdir(_os.path.join(_here, "models")):
 _jax.config.update("jax_enable_x64", True)
 
 from . import basis, bounds, datasets, expfam, gaussian, likelihoods  # noqa: E402
-from .arviz import compare, plot_elbo_trace, plot_relevance, to_inference_data  # noqa: E402
+from .arviz import compare, plot_elbo_trace, plot_grid_relevance, plot_relevance, to_inference_data  # noqa: E402
 from .diagnostics import GuideCheck, check_guide  # noqa: E402
 from .estimators import RVC, RVR  # noqa: E402
 from .inference import CAVI, CAVIResult, ClosedFormGuide, closed_form_guide, fit  # noqa: E402
@@ -38,6 +38,7 @@ __all__ = [
     "to_inference_data",
     "plot_elbo_trace",
     "plot_relevance",
+    "plot_grid_relevance",
     "RVR",
     "RVC",
     "basis",

@@ -85,9 +85,14 @@ def plot_elbo_trace(result, ax=None, **kwargs):
 def plot_relevance(result, ax=None, **kwargs):
     """Prior over data precision E[alpha_k] / h_k per basis function (log scale).
 
-    Below 1 (dashed line) the data determine w_k more than the prior: the relevant ones.
+    Below 1 (dashed line) the data determine w_k more than the prior: the relevant ones. For a
+    grid model (one precision per index of each table axis) this draws
+    :func:`plot_grid_relevance` instead (``ax`` is then a sequence of axes, one per panel).
     """
     import matplotlib.pyplot as plt
+
+    if _is_grid(result):
+        return plot_grid_relevance(result, axes=ax, **kwargs)
 
     ax = ax or plt.gca()
     ratio = np.asarray(result.precision_ratio)
@@ -100,3 +105,51 @@ def plot_relevance(result, ax=None, **kwargs):
     ax.set_ylabel("E[alpha_k] / h_k")
     ax.legend()
     return ax
+
+
+def _is_grid(result):
+    state = getattr(result, "state", None)
+    return isinstance(getattr(state, "shapes", None), tuple) and hasattr(result.data, "table_shape")
+
+
+def plot_grid_relevance(result, axes=None, *, axis_labels=None, image=True):
+    """Relevance of each table axis of a grid model, as in the grid RVM paper's Fig. 1 (b, c).
+
+    One bar chart per axis of the relevance 1 / E[precision] of every index (log scale; a
+    longer bar is a more informative row, column, ...), and for two axes an image of the
+    relevance of every cell, 1 / E[precision of w_ij] (alpha_i beta_j for the p-grid,
+    alpha_i + beta_j for the s-grid; darker is more relevant).
+
+    Returns the axes used (K bars, plus the image for K = 2).
+    """
+    import matplotlib.pyplot as plt
+
+    if not _is_grid(result):
+        raise ValueError("`result` is not a fitted grid model; use plot_relevance for flat models.")
+    state, data = result.state, result.data
+    shape = tuple(data.table_shape)
+    K = len(shape)
+    show_image = bool(image) and K == 2
+    n_panels = K + int(show_image)
+    if axes is None:
+        _, axes = plt.subplots(1, n_panels, figsize=(4 * n_panels, 3.2))
+    axes = np.atleast_1d(axes)
+    if len(axes) < n_panels:
+        raise ValueError(f"`axes` must hold {n_panels} axes (one per table axis{' and the image' if show_image else ''}).")
+    names = axis_labels or (("row (alpha)", "column (beta)") if K == 2 else tuple(f"axis {k}" for k in range(K)))
+    for k in range(K):
+        relevance = np.asarray(state.rates[k]) / np.asarray(state.shapes[k])  # 1 / E[precision]
+        axes[k].bar(np.arange(shape[k]), relevance, color="C0")
+        axes[k].set_yscale("log")
+        axes[k].set_xlabel(f"{names[k]} index")
+        axes[k].set_ylabel("1 / E[precision]")
+        axes[k].set_title(f"relevance per {names[k]}")
+    if show_image:
+        prior, _ = result.guide_spec.relevance(state, data)
+        cells = -np.log10(np.asarray(prior).reshape(shape))
+        im = axes[K].imshow(cells, cmap="Greys", aspect="auto")
+        axes[K].set_xlabel(f"{names[1]} index")
+        axes[K].set_ylabel(f"{names[0]} index")
+        axes[K].set_title(f"log10 relevance of each cell ({data.kind}-grid)")
+        plt.colorbar(im, ax=axes[K])
+    return axes

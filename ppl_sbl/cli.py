@@ -9,52 +9,90 @@ import numpy as np
 __all__ = ["main"]
 
 # ripley: Tipping (2001) used a Gaussian kernel of width 0.5, exp(-||x - x'||^2 / 0.5^2);
-# sinc: the grid RVM paper's delta on standardised inputs
-_DEFAULT_DELTA = {"ripley": 4.0, "sinc": 5.55}
+# sinc, mixture: the grid RVM paper's delta on standardised inputs
+_DEFAULT_DELTA = {"ripley": 4.0, "sinc": 5.55, "mixture": 5.55, "digits": None}
+_CLASSIFICATION = {"ripley": True, "sinc": False, "mixture": True, "digits": True}
 
 
-def _fit_models(dataset, delta, tol, max_sweeps, progress):
-    from . import CAVI, basis
-    from .models import rvm
+def _load(args):
+    from . import datasets
 
-    train_X, train_t, test_X, test_t = dataset.X_train, dataset.t_train, dataset.X_test, dataset.t_test
-    Phi = basis.rbf(train_X, delta=delta, bias=True)
-    Phi_test = basis.rbf(test_X, train_X, delta=delta, bias=True)
-    shared = np.zeros(Phi.shape[1], dtype=int)
-    classify = set(np.unique(train_t)) <= {0.0, 1.0} and dataset.description.startswith("Ripley")
-    model = rvm.classification if classify else rvm.regression
-    cavi = CAVI(model, tol=tol, max_sweeps=max_sweeps, progress_bar=progress)
-    results = {
-        "rvm (ARD)": cavi.run(Phi, train_t),
-        "ridge (shared precision)": cavi.run(Phi, train_t, groups=shared),
+    if args.dataset == "ripley":
+        return datasets.ripley()
+    if args.dataset == "sinc":
+        return datasets.sinc(noise_features=args.noise_features, seed=args.seed)
+    if args.dataset == "mixture":
+        return datasets.mixture(noise_features=args.noise_features, seed=args.seed)
+    return datasets.digits_table(args.n_train, seed=args.seed)
+
+
+def _designs(args, data, delta):
+    """(train, test, is_table): digits are pixel tables; otherwise an RBF basis centred on the
+    training points, flat (``--basis rbf``, with a bias column) or one RBF per centre and input
+    dimension (``--basis rbf-table``, the grid RVM paper's table of section 6.1)."""
+    from . import basis
+
+    if args.dataset == "digits":
+        return data.X_train, data.X_test, True
+    if args.basis == "rbf-table":
+        return (basis.rbf_table(data.X_train, data.X_train, delta),
+                basis.rbf_table(data.X_test, data.X_train, delta), True)
+    return (basis.rbf(data.X_train, delta=delta, bias=True),
+            basis.rbf(data.X_test, data.X_train, delta=delta, bias=True), False)
+
+
+def _fit_models(args, data, delta):
+    from . import CAVI
+    from .models import grid_rvm, rvm
+
+    X, X_test, is_table = _designs(args, data, delta)
+    X, X_test = np.asarray(X), np.asarray(X_test)
+    classify = _CLASSIFICATION[args.dataset]
+    flat, flat_test = X.reshape(len(X), -1), X_test.reshape(len(X_test), -1)
+    options = dict(tol=args.tol, max_sweeps=args.max_sweeps, progress_bar=args.progress)
+    flat_model = rvm.classification if classify else rvm.regression
+    fits = {
+        "rvm (ARD)": (flat_model, (flat, data.t_train), {}, flat_test),
+        "ridge (shared precision)": (flat_model, (flat, data.t_train),
+                                     {"groups": np.zeros(flat.shape[1], dtype=int)}, flat_test),
     }
-    errors = {}
-    for name, res in results.items():
+    if is_table:
+        grid_model = grid_rvm.classification if classify else grid_rvm.regression
+        fits["p-grid rvm"] = (grid_model, (X, data.t_train), {"kind": "p"}, X_test)
+        fits["s-grid rvm"] = (grid_model, (X, data.t_train), {"kind": "s"}, X_test)
+    results, errors = {}, {}
+    for name, (model, fit_args, kwargs, new) in fits.items():
+        res = CAVI(model, **options).run(*fit_args, **kwargs)
+        results[name] = res
         if classify:
-            errors[name] = float(np.mean((np.asarray(res.predict(Phi_test)) > 0.5) != (test_t > 0.5)))
+            errors[name] = float(np.mean((np.asarray(res.predict(new)) > 0.5) != (data.t_test > 0.5)))
         else:
-            mean, _ = res.predict(Phi_test)
-            errors[name] = float(np.sqrt(np.mean((np.asarray(mean) - test_t) ** 2)))
-    return results, errors, "test error rate" if classify else "test RMSE"
+            mean, _ = res.predict(new)
+            errors[name] = float(np.sqrt(np.mean((np.asarray(mean) - data.t_test) ** 2)))
+    return results, errors, "test error rate" if classify else "test RMSE", X.shape
 
 
 def compare_command(args):
-    from . import compare, datasets
+    from . import compare
 
-    if args.dataset == "ripley":
-        data = datasets.ripley()
-    else:
-        data = datasets.sinc(noise_features=args.noise_features, seed=args.seed)
+    if args.dataset == "digits" and args.basis != "rbf":
+        raise ValueError("`--basis` does not apply to digits: its features are the 8 x 8 pixel tables.")
+    data = _load(args)
     delta = args.delta if args.delta is not None else _DEFAULT_DELTA[args.dataset]
-    results, errors, error_name = _fit_models(data, delta, args.tol, args.max_sweeps, args.progress)
+    results, errors, error_name, shape = _fit_models(args, data, delta)
     table = compare(results)
     table[error_name] = [errors[name] for name in table.index]
     table["sweeps"] = [results[name].num_sweeps for name in table.index]
     import pandas as pd
 
+    if args.dataset == "digits":
+        features = "8 x 8 pixel tables (rows x columns)"
+    elif args.basis == "rbf-table":
+        features = f"per-dimension RBF tables {shape[1]} centres x {shape[2]} input dimensions, delta = {delta}"
+    else:
+        features = f"RBF basis + bias, {shape[1]} functions, delta = {delta}"
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.4f}".format):
-        print(f"dataset: {data.description}; {len(data.t_train)} training, {len(data.t_test)} test points; "
-              f"RBF basis, delta = {delta}")
+        print(f"dataset: {data.description}; {len(data.t_train)} training, {len(data.t_test)} test points; {features}")
         print(table.to_string())
     print("note: each ELBO includes the Occam factor of its Gamma(1e-6, 1e-6) hyperpriors; every extra "
           "precision costs roughly ln(1/a0) = 13.8 nats, which is why one shared precision can win on "
@@ -72,17 +110,28 @@ def build_parser():
         "compare",
         help="fit competing models on a built-in dataset and rank them by ELBO",
         description="Fit the RVM (one precision per basis function, ARD) and a shared-precision "
-        "(ridge) model on a built-in dataset with an RBF basis centred on the training points, "
-        "then print a table ranked by ELBO (the lower bound on the log evidence) with the test error.",
+        "(ridge) model on a built-in dataset with an RBF basis centred on the training points "
+        "(and, where the features are tables, the p-grid and s-grid RVMs with one precision per "
+        "row and per column), then print a table ranked by ELBO (the lower bound on the log "
+        "evidence) with the test error.",
     )
-    cmp.add_argument("--dataset", choices=["ripley", "sinc"], default="ripley",
+    cmp.add_argument("--dataset", choices=["ripley", "sinc", "mixture", "digits"], default="ripley",
                      help="ripley: Ripley's synthetic two-class data (250 train, 1000 test); "
-                     "sinc: the noisy sinc regression of the grid RVM paper (100 train, 600 test)")
+                     "sinc: the noisy sinc regression of the grid RVM paper (100 train, 600 test); "
+                     "mixture: the two-class Gaussian mixture of Hastie et al. 2.3.3 (200 train, 5000 test); "
+                     "digits: scikit-learn's 8 x 8 digits as pixel tables, 0-4 against 5-9 (needs the sklearn extra); "
+                     "on table data the p-grid and s-grid RVMs join the comparison")
+    cmp.add_argument("--basis", choices=["rbf", "rbf-table"], default="rbf",
+                     help="rbf: one Gaussian RBF per training point plus a bias (flat features); "
+                     "rbf-table: one RBF per training point and input dimension, a table per object "
+                     "(the grid RVM paper's section 6.1), so the grid RVMs are fitted too")
     cmp.add_argument("--delta", type=float, default=None,
-                     help="RBF inverse squared width, exp(-delta ||x - c||^2) (default: 4.0 for ripley, i.e. width 0.5 as in Tipping 2001; 5.55 for sinc)")
+                     help="RBF inverse squared width, exp(-delta ||x - c||^2) (default: 4.0 for ripley, i.e. width 0.5 "
+                     "as in Tipping 2001; 5.55 for sinc and mixture, on standardised inputs)")
     cmp.add_argument("--noise-features", type=int, default=0,
-                     help="sinc only: number of pure-noise input features appended (default 0)")
-    cmp.add_argument("--seed", type=int, default=0, help="sinc only: random seed of the generated data")
+                     help="sinc and mixture: number of pure-noise input features appended (default 0)")
+    cmp.add_argument("--n-train", type=int, default=200, help="digits only: number of training images (default 200)")
+    cmp.add_argument("--seed", type=int, default=0, help="sinc, mixture, digits: random seed of the data")
     cmp.add_argument("--tol", type=float, default=1e-9, help="relative ELBO change at which CAVI stops (default 1e-9)")
     cmp.add_argument("--max-sweeps", type=int, default=20000, help="upper limit on CAVI sweeps (default 20000)")
     cmp.add_argument("--progress", action="store_true", default=None, help="always show progress bars")

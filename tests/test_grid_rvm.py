@@ -265,3 +265,33 @@ def test_rbf_table_entries_by_brute_force():
                 assert T[n, j, i] == pytest.approx(np.exp(-0.7 * (X[n, i] - C[j, i]) ** 2))
     # the product over dimensions of the table is the ordinary RBF
     np.testing.assert_allclose(T.prod(axis=2), ppl_sbl.basis.rbf(X, C, delta=0.7))
+
+
+def test_grid_relevance_plot_shows_each_axis_and_the_cell_image():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    X, t = table_problem(0)
+    res = _fit(grid_rvm.regression, X, t, kind="s", max_sweeps=200)
+    axes = ppl_sbl.plot_relevance(res)
+    assert len(axes) == 3
+    bars = [p.get_height() for p in axes[0].patches]
+    np.testing.assert_allclose(bars, np.asarray(res.state.rates[0]) / np.asarray(res.state.shapes[0]))
+    prior, _ = res.guide_spec.relevance(res.state, res.data)
+    np.testing.assert_allclose(axes[2].images[0].get_array(), -np.log10(np.asarray(prior)).reshape(5, 3))
+    with pytest.raises(ValueError, match="not a fitted grid model"):
+        ppl_sbl.plot_grid_relevance(_fit(rvm.regression, X.reshape(50, -1), t, max_sweeps=20))
+
+
+def test_cli_compares_grid_models_on_pixel_tables(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "digits", "--n-train", "40",
+                          "--max-sweeps", "200"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for name in ("rvm (ARD)", "ridge (shared precision)", "p-grid rvm", "s-grid rvm", "test error rate"):
+        assert name in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "digits", "--basis",
+                          "rbf-table"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert bad.returncode == 2 and "--basis" in bad.stderr
