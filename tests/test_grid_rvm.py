@@ -53,6 +53,42 @@ def numpy_pgrid_regression(X, t, sweeps, a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, e0=
     return dict(mu=mu, b=b, d=d, f=f, elbo=np.array(elbos))
 
 
+def numpy_pgrid_classification(X, t, sweeps, a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6):
+    """p-grid classification: (29), (16), (17) with the new q(alpha), (30), and the bound (28)."""
+    N, M1, M2 = X.shape
+    Phi = X.reshape(N, -1)
+    a, b, c, d, xi = np.full(M1, a0), np.full(M1, b0), np.full(M2, c0), np.full(M2, d0), np.ones(N)
+    elbos = []
+    for _ in range(sweeps):
+        lam = np.tanh(xi / 2) / (4 * xi)
+        Sigma = np.linalg.inv(np.diag(np.outer(a / b, c / d).ravel()) + 2 * Phi.T @ (lam[:, None] * Phi))
+        mu = Sigma @ Phi.T @ (t - 0.5)  # (29)
+        Ew2 = (mu**2 + np.diag(Sigma)).reshape(M1, M2)
+        a, b = np.full(M1, a0 + M2 / 2), b0 + 0.5 * Ew2 @ (c / d)  # (16)
+        c, d = np.full(M2, c0 + M1 / 2), d0 + 0.5 * (a / b) @ Ew2  # (17)
+        z2 = np.einsum("nk,kl,nl->n", Phi, Sigma + np.outer(mu, mu), Phi)
+        xi = np.sqrt(z2)  # (30)
+        lam = np.tanh(xi / 2) / (4 * xi)
+        ela, elb = digamma(a) - np.log(b), digamma(c) - np.log(d)
+        elbo = (np.sum(-np.log1p(np.exp(-xi)) + 0.5 * ((2 * t - 1) * (Phi @ mu) - xi) - lam * (z2 - xi**2))
+                + np.sum(0.5 * (ela[:, None] + elb[None, :] - LOG2PI - np.outer(a / b, c / d) * Ew2))
+                + _gamma_terms(a, b, a0, b0) + _gamma_terms(c, d, c0, d0)
+                + 0.5 * M1 * M2 * (1 + LOG2PI) + 0.5 * np.linalg.slogdet(Sigma)[1])
+        elbos.append(elbo)
+    return dict(mu=mu, b=b, d=d, xi=xi, elbo=np.array(elbos))
+
+
+def test_pgrid_classification_equals_numpy_transcription():
+    X, t = table_problem(5)
+    t = (t > 0).astype(float)
+    res = _fit(grid_rvm.classification, X, t, max_sweeps=10, tol=1e-300, prune=False)
+    ref = numpy_pgrid_classification(X, t, 10)
+    np.testing.assert_allclose(res.elbo_trace, ref["elbo"], rtol=1e-9)
+    np.testing.assert_allclose(res.state.w.mean, ref["mu"], rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(res.state.xi, ref["xi"], rtol=1e-9)
+    np.testing.assert_allclose(res.state.rates[1], ref["d"], rtol=1e-8)
+
+
 def numpy_sgrid(X, t, sweeps, classification=False, a0=1e-2, b0=1e-2, c0=1e-2, d0=1e-2, e0=1e-2, f0=1e-2):
     """The s-grid of Kropotov et al. written out: q(w) by (15) or (29), (33), (34), then (18) or
     (30), then (35), with eta and zeta kept as full (M1, M2) tables as in the paper, and the

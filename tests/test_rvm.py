@@ -112,6 +112,20 @@ def test_classification_sweeps_and_elbo_equal_numpy_transcription(seed):
     np.testing.assert_allclose(res.state.xi, ref["xi"], rtol=1e-8)
 
 
+def test_classification_with_many_more_columns_than_points_uses_woodbury_and_equals_transcription():
+    """N = 12 points, M = 40 columns: 2 Phi^T Lambda Phi has rank 12 and the factored update
+    (Woodbury, O(M N^2)) must reproduce the dense formulas, sweep by sweep."""
+    r = np.random.default_rng(7)
+    Phi = r.standard_normal((12, 40))
+    t = (Phi[:, 0] - Phi[:, 1] > 0).astype(float)
+    res = _cavi(rvm.classification, Phi, t, max_sweeps=12, tol=1e-300, prune=False)
+    assert res.state.w.cov.shape == (12, 40)  # the factored form Sigma = diag(base) - Z^T Z
+    ref = numpy_classification(Phi, t, 12)
+    np.testing.assert_allclose(res.elbo_trace, ref["elbo"], rtol=1e-9)
+    np.testing.assert_allclose(res.state.w.mean, ref["mu"], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(res.state.xi, ref["xi"], rtol=1e-8)
+
+
 # ---------------------------------------------------------------------------------------------
 # The ELBO never decreases
 # ---------------------------------------------------------------------------------------------
