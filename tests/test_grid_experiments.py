@@ -1,0 +1,83 @@
+"""The grid RVM experiment script (bench/grid_rvm_experiments.py) runs end to end in quick mode."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+pytest.importorskip("sklearn")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "bench", "grid_rvm_experiments.py")
+FIGURES = ["grid_rvm_sinc_rmse", "grid_rvm_sinc_relevant", "grid_rvm_mixture_error", "grid_rvm_digits_error",
+           "grid_rvm_digits_relevance"]
+METRICS = {
+    "sinc": ["rmse_test", "rmse_train", "relevant", "noise_weight_share", "seconds", "num_sweeps"],
+    "mixture": ["error_test", "error_train", "relevant", "noise_weight_share", "seconds", "num_sweeps"],
+    "digits": ["error_test", "error_train", "relevant", "seconds", "num_sweeps"],
+}
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("grid_experiments")
+    proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--out-dir", str(out)], capture_output=True,
+                          text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(out / "grid_rvm_experiments_quick.json") as fh:
+        return out, json.load(fh), proc.stdout
+
+
+def test_record_has_every_experiment_with_finite_numbers(quick_run):
+    _, record, stdout = quick_run
+    assert record["mode"] == "quick"
+    for name, metrics in METRICS.items():
+        cfg = record["config"][name]
+        xs = cfg["noise_features"] if name != "digits" else cfg["sizes"]
+        fits = record[name]["fits"]
+        assert len(fits) == 3 * len(xs) * len(cfg["seeds"])
+        summary = record[name]["summary"]
+        assert {(e["model"]) for e in summary} == {"rvm", "p", "s"}
+        assert len(summary) == 3 * len(xs)
+        for entry in summary:
+            assert entry["repetitions"] == len(cfg["seeds"])
+            for m in metrics:
+                assert math.isfinite(entry[m]), (name, entry)
+        for fit in fits:
+            assert fit["num_sweeps"] >= 1 and math.isfinite(fit["elbo"])
+    maps = record["digits"]["relevance"]["precisions"]
+    assert len(maps["rvm"]["alpha"]) == 64
+    for kind in ("p", "s"):
+        assert len(maps[kind]["alpha"]) == 8 and len(maps[kind]["beta"]) == 8
+        assert np.all(np.isfinite(maps[kind]["alpha"])) and np.all(np.asarray(maps[kind]["beta"]) > 0)
+    assert math.isfinite(record["seconds_total"])
+    for title in ("Noisy sinc", "Mixture", "Digits", "Paper:"):
+        assert title in stdout
+
+
+def test_figures_written(quick_run):
+    out, record, _ = quick_run
+    assert sorted(record["figures"]) == sorted(f + "_quick.png" for f in FIGURES)
+    for name in record["figures"]:
+        path = out / name
+        assert path.stat().st_size > 1000
+        with open(path, "rb") as fh:
+            assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sanity_not_a_tuned_figure(quick_run):
+    """Every model learns something: errors below chance, RMSE below the spread of the targets."""
+    from ppl_sbl import datasets
+
+    _, record, _ = quick_run
+    cfg = record["config"]["sinc"]
+    target_sd = np.std(datasets.sinc(n_train=cfg["n_train"], n_test=cfg["n_test"], seed=0).t_test)
+    for fit in record["sinc"]["fits"]:
+        assert fit["rmse_test"] < target_sd, fit
+    for name in ("mixture", "digits"):
+        for fit in record[name]["fits"]:
+            assert fit["error_test"] < 0.5, (name, fit)
