@@ -14,24 +14,31 @@ Problems: the noisy sinc (regression, ``datasets.sinc``) and the Gaussian mixtur
 (classification, ``datasets.mixture``), each with ``k`` standard-normal noise input columns
 appended (d = 1 + k for the sinc, 2 + k for the mixture), so that M = N d grows with k.
 
-Two measurements per problem:
+Measurements per problem:
 
 1. Per sweep, at the full size M (no pruning): one jitted sweep (``_compiled_sweep``: the
-   updates, then the ELBO of the updated state), compiled first, then timed over chained
-   sweeps (``state, elbo = sweep(state, data)``, ``block_until_ready`` at the end of a block)
-   from the same warm state (after ``--warm-sweeps`` sweeps from ``init``). The three models
-   are timed in interleaved rounds (the order rotating from round to round), and the table
-   gives the minimum over rounds (the median is in the JSON): the machine may be shared, and
-   the minimum is the least disturbed estimate. With ``--breakdown`` (default) the two halves
-   are timed the same way: ``jax.jit(guide.update)`` (chained) and ``jax.jit(guide.elbo)``
-   (one call at a time, each waited for).
-2. To convergence: ``ppl_sbl.CAVI(model, tol, max_sweeps).run(...)`` with the default pruning,
+   updates, then the ELBO of the updated state), compiled first, then timed over blocks of
+   chained sweeps (``state, elbo = sweep(state, data)``, ``block_until_ready`` at the end of a
+   block, the same number of sweeps per block for the three models) from one warm state (after
+   ``--warm-sweeps`` sweeps from ``init``). The three models are timed in interleaved rounds
+   (the order rotating from round to round); the table gives the minimum over rounds, the ratio
+   of the medians and the ratio of the minimum process CPU times (all threads); every sample is
+   in the JSON. On a shared machine the minimum over many short blocks is the least disturbed
+   estimate; ``--single-thread`` (XLA on one thread) steadies it further. With ``--breakdown``
+   (default, but not with ``--quick``) the two halves are timed the same way:
+   ``jax.jit(guide.update)`` (chained) and ``jax.jit(guide.elbo)`` (one call at a time, each
+   waited for).
+2. XLA's static cost of the compiled sweep (and halves): flops, bytes accessed and the number
+   of fused kernels, which no other load on the machine disturbs.
+3. To convergence: ``ppl_sbl.CAVI(model, tol, max_sweeps).run(...)`` with the default pruning,
    the first run of that problem's shapes in this process ("incl. jit"). Its compilation time
    (tracing, lowering and XLA compilation of every function jitted during the run, as reported
    by ``jax.monitoring``) is subtracted to give "excl. jit"; with ``--repeat-convergence`` the
    run is repeated (every shape now compiled) and the second wall time is recorded as well.
-   Pruning changes the sizes, so the time per sweep of these runs is not the per-sweep cost
-   at size M; the number of sweeps to convergence differs between the models too.
+   Pruning changes the sizes, so the time per sweep of these runs is not the per-sweep cost at
+   size M, and the number of sweeps to convergence differs between the models. Only problems
+   with M <= ``--converge-max-m`` (default 1000) are run to convergence: the larger ones take
+   thousands of sweeps of up to a second each.
 
 The table prints the per-sweep times and the ratios grid/RVM, the wall times and ratios to
 convergence, sweeps to convergence, active coefficients at the end, ELBO (not comparable
@@ -493,8 +500,10 @@ def parse_args(argv=None):
                         "whose minimum is least disturbed by other work on the machine)")
     p.add_argument("--max-reps", type=int, default=2000, help="most sweeps in one timed block")
     p.add_argument("--warm-sweeps", type=int, default=10, help="sweeps from init before the timed blocks start")
-    p.add_argument("--no-breakdown", dest="breakdown", action="store_false",
-                   help="do not time jax.jit(guide.update) and jax.jit(guide.elbo) separately")
+    p.add_argument("--breakdown", dest="breakdown", action="store_true", default=None,
+                   help="also time jax.jit(guide.update) and jax.jit(guide.elbo) on their own (default: on, "
+                        "off with --quick)")
+    p.add_argument("--no-breakdown", dest="breakdown", action="store_false", help="do not time them")
     p.add_argument("--converge-max-m", type=int, default=1000, metavar="M",
                    help="run to convergence only where M = N d <= M (default 1000: sinc k = 0, 5 and mixture "
                         "k = 0; larger fits take thousands of sweeps of up to a second each); 0: everywhere")
@@ -508,9 +517,13 @@ def parse_args(argv=None):
     p.add_argument("--single-thread", action="store_true",
                    help="XLA on one CPU thread (XLA_FLAGS, set before jax is imported): steadier timings on a "
                         "shared machine")
-    p.add_argument("--quick", action="store_true", help="smoke run: tiny problems, few rounds (< 1 min)")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: sinc k = 1 (N = 30), mixture k = 1 (N = 40), 5 rounds, 100 sweeps at most, "
+                        "no warm-up, no breakdown (< 1 min, mostly compilation)")
     p.add_argument("--out", default=None, help="JSON output path (default bench/results/grid_rvm_<backend>.json)")
     args = p.parse_args(argv)
+    if args.breakdown is None:
+        args.breakdown = not args.quick  # two more compilations per model: most of a smoke run's time
     if args.quick:
         args.sinc_noise = [1]
         args.mixture_noise = [1]
@@ -522,6 +535,7 @@ def parse_args(argv=None):
         args.block_seconds = min(args.block_seconds, 0.01)
         args.warm_sweeps = min(args.warm_sweeps, 3)
         args.max_sweeps = min(args.max_sweeps, 100)
+        args.converge_max_m = 0
         args.warm_up = False
     return args
 

@@ -1,0 +1,67 @@
+"""Smoke test of bench/grid_rvm.py --quick: it runs and writes the expected JSON record.
+
+No timing is asserted (the benchmark's numbers depend on the machine); only the structure of
+the record and the plausibility of the fits.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "bench", "grid_rvm.py")
+MODELS = ("p", "s", "rvm")
+
+
+def test_grid_rvm_bench_quick(tmp_path):
+    out = tmp_path / "x.json"
+    proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--out", str(out)], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Per sweep at the full size M" in proc.stdout
+    assert "To convergence" in proc.stdout
+
+    record = json.loads(out.read_text())
+    assert record["partial"] is False
+    assert record["args"]["quick"] is True
+    assert isinstance(record["goal_met"], bool)
+    assert math.isfinite(record["worst_ratio"]) and record["worst_ratio"] > 0
+    env = record["environment"]
+    assert env["jax_backend"] and env["x64"] is True and "jax" in env["versions"]
+
+    rows = record["rows"]
+    assert [(r["task"], r["data"], r["k"]) for r in rows] == [("regression", "sinc", 1),
+                                                             ("classification", "mixture", 1)]
+    for r in rows:
+        assert r["m"] == r["n"] * r["d"]
+        assert r["d"] == (2 if r["task"] == "regression" else 3)
+        ps = r["per_sweep"]
+        for model in MODELS:
+            x = ps[model]
+            assert 0 < x["sweep"]["min"] <= x["sweep"]["median"] <= x["sweep"]["max"]
+            assert len(x["sweep"]["samples"]) == x["rounds"] == 5
+            assert x["sweep_cpu"]["min"] >= 0
+            assert x["finite"]
+            assert x["xla_cost"]["sweep"]["fusions"] > 0
+        for model in ("p", "s"):
+            assert ps[model]["ratio_to_rvm"]["min"] > 0 and ps[model]["cpu_ratio_to_rvm"]["min"] >= 0
+            # the same linear algebra: XLA counts about the same flops for a grid sweep and an RVM sweep
+            assert 0.5 < ps[model]["flops_ratio_to_rvm"] < 2.0
+        # the three models use the same covariance form at the same size
+        assert len({(ps[m]["factored_covariance"], ps[m]["woodbury_rank"]) for m in MODELS}) == 1
+
+        conv = r["convergence"]
+        metric = "rmse" if r["task"] == "regression" else "test_error"
+        for model in MODELS:
+            c = conv[model]
+            assert 1 <= c["num_sweeps"] <= 100
+            assert c["seconds_incl_jit"] >= c["seconds_excl_jit"]
+            assert c["compile_seconds"] >= 0
+            assert math.isfinite(c["elbo"])
+            assert 0 <= c["num_active_at_end"] <= r["m"]
+            assert 0 <= c["relevant_dims"] <= r["d"]
+        if r["task"] == "regression":
+            assert all(conv[m][metric] < 0.3 for m in MODELS)  # the sinc has amplitude 1
+        else:
+            assert all(0 <= conv[m][metric] < 0.6 for m in MODELS)
