@@ -38,14 +38,16 @@ to tol 1e-9 everywhere would take hours. The sweep caps below are a compute budg
 tuned setting: every fit records ``converged``, the number of sweeps and the last relative
 ELBO change, and the tables count how many fits stopped at the cap.
 
-Full mode (about 40 minutes on a shared 2-core CPU)::
+Full mode (3829 s, about an hour, on a 2-core CPU shared with other jobs at a load of about 8;
+the mixture with 20 and 30 noise features takes half of it)::
 
     sinc     k = 0, 1, 2, 5, 10, 15, 20   seeds 0, 1   max 1500 sweeps
     mixture  k = 0, 2, 5, 10, 20, 30      seed 0       max  500 sweeps
     digits   n = 20, 50, 100, 200, 500    seeds 0, 1   max 1500 sweeps
 
-Quick mode (``--quick``, about a minute): sinc with 50 training points, k = 0, 3; mixture with
-60 training points and 1000 test points, k = 0, 3; digits n = 20, 60; one seed; 150 sweeps.
+Quick mode (``--quick``, 1-2 minutes, about 90 s of CPU time): sinc with 50 training points,
+k = 0, 3; mixture with 60 training points and 1000 test points, k = 0, 3; digits n = 20, 60;
+one seed; 150 sweeps.
 
 Seconds per fit are wall-clock times of ``CAVI.run`` and include the jit compilation of the
 sweep for every new problem shape (pruning also compiles smaller shapes).
@@ -487,7 +489,7 @@ def environment():
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="small smoke run (about a minute)")
+    p.add_argument("--quick", action="store_true", help="small smoke run (1-2 minutes)")
     p.add_argument("--out-dir", default=os.path.join(HERE, "results"),
                    help="where the JSON record and the PNG figures go (default bench/results)")
     p.add_argument("--only", nargs="+", choices=["sinc", "mixture", "digits"], default=None,
