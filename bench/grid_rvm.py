@@ -19,15 +19,16 @@ Measurements per problem:
 1. Per sweep, at the full size M (no pruning): one jitted sweep (``_compiled_sweep``: the
    updates, then the ELBO of the updated state), compiled first, then timed over blocks of
    chained sweeps (``state, elbo = sweep(state, data)``, ``block_until_ready`` at the end of a
-   block, the same number of sweeps per block for the three models) from one warm state (after
+   block of about ``--block-seconds``, the same number of sweeps for the three models, sized
+   from the fastest sweep seen so far) from one warm state (after
    ``--warm-sweeps`` sweeps from ``init``). The three models are timed in interleaved rounds
-   (the order rotating from round to round); the table gives the minimum over rounds, the ratio
-   of the medians and the ratio of the minimum process CPU times (all threads); every sample is
-   in the JSON. On a shared machine the minimum over many short blocks is the least disturbed
-   estimate; ``--single-thread`` (XLA on one thread) steadies it further. With ``--breakdown``
-   (default, but not with ``--quick``) the two halves are timed the same way:
-   ``jax.jit(guide.update)`` (chained) and ``jax.jit(guide.elbo)`` (one call at a time, each
-   waited for).
+   (the order rotating from round to round) for ``--seconds`` per problem; the table gives the
+   minimum over rounds, the ratio of the medians and the ratio of the minimum process CPU times
+   (all threads); every sample is in the JSON. On a shared machine the minimum over many short
+   blocks is the least disturbed estimate; ``--single-thread`` (XLA on one thread) steadies it
+   further. With ``--breakdown`` (default, but not with ``--quick``) the two halves are timed
+   the same way: ``jax.jit(guide.update)`` (chained) and ``jax.jit(guide.elbo)`` (calls on one
+   updated state, issued back to back).
 2. XLA's static cost of the compiled sweep (and halves): flops, bytes accessed and the number
    of fused kernels, which no other load on the machine disturbs.
 3. To convergence: ``ppl_sbl.CAVI(model, tol, max_sweeps).run(...)`` with the default pruning,
@@ -180,13 +181,13 @@ def _chained(fn, state, data, reps, with_value):
     return (time.perf_counter() - start) / reps, (time.process_time() - cpu) / reps
 
 
-def _separate(fn, state, data, reps):
-    """(wall, CPU) seconds per call of ``reps`` calls fn(state, data), each waited for."""
+def _back_to_back(fn, state, data, reps):
+    """(wall, CPU) seconds per call of ``reps`` calls fn(state, data) on the same arguments,
+    issued back to back and waited for together at the end."""
     import jax
 
     start, cpu = time.perf_counter(), time.process_time()
-    for _ in range(reps):
-        jax.block_until_ready(fn(state, data))
+    jax.block_until_ready([fn(state, data) for _ in range(reps)])
     return (time.perf_counter() - start) / reps, (time.process_time() - cpu) / reps
 
 
@@ -213,7 +214,7 @@ def xla_cost(jitted, *args):
     }
 
 
-def time_sweeps(task, T, t, *, rounds, block_seconds, warm_sweeps, breakdown, max_reps, clock):
+def time_sweeps(task, T, t, *, rounds, min_rounds, seconds, block_seconds, warm_sweeps, breakdown, max_reps, clock):
     """Per-sweep (and per-update / per-ELBO) seconds of the three models at the full size."""
     import jax
     import numpy as np
@@ -251,29 +252,37 @@ def time_sweeps(task, T, t, *, rounds, block_seconds, warm_sweeps, breakdown, ma
             setup["cost"]["elbo"] = xla_cost(setup["elbo"], setup["updated"], data)
         setups[model] = setup
 
-    # the same number of sweeps per block for all three (a block's fixed costs weigh the same)
-    estimate = statistics.median(setups[m]["estimate"] for m in MODELS)
-    reps = int(min(max_reps, max(3, math.ceil(block_seconds / max(estimate, 1e-7)))))
-    for model in MODELS:
-        setups[model]["reps"] = reps
+    # the same number of sweeps per block for all three (a block's fixed costs weigh the same),
+    # from the fastest time per sweep seen so far (re-estimated after every round: on a busy
+    # machine the first estimates are far too slow)
+    def block_reps(per_sweep):
+        return int(min(max_reps, max(1, math.ceil(block_seconds / max(per_sweep, 1e-7)))))
+
+    reps = block_reps(statistics.median(setups[m]["estimate"] for m in MODELS))
+    reps_used = []
     samples = {m: {"sweep": [], "update": [], "elbo": []} for m in MODELS}
     cpu = {m: {"sweep": [], "update": [], "elbo": []} for m in MODELS}
     final_elbo = {}
-    for r in range(rounds):
+    start = time.perf_counter()
+    r = 0
+    while r < rounds and (r < min_rounds or time.perf_counter() - start < seconds):
+        r += 1
         order = MODELS[r % len(MODELS):] + MODELS[: r % len(MODELS)]
+        reps_used.append(reps)
         for model in order:
             s = setups[model]
-            timed = {"sweep": _chained(s["sweep"], s["warm"], s["data"], s["reps"], True)}
+            timed = {"sweep": _chained(s["sweep"], s["warm"], s["data"], reps, True)}
             if breakdown:
-                timed["update"] = _chained(s["update"], s["warm"], s["data"], s["reps"], False)
-                timed["elbo"] = _separate(s["elbo"], s["updated"], s["data"], s["reps"])
+                timed["update"] = _chained(s["update"], s["warm"], s["data"], reps, False)
+                timed["elbo"] = _back_to_back(s["elbo"], s["updated"], s["data"], reps)
             for part, (wall, cpu_seconds) in timed.items():
                 samples[model][part].append(wall)
                 cpu[model][part].append(cpu_seconds)
-    for model in MODELS:  # the sweeps stay finite over a timed block
+        reps = block_reps(statistics.median(min(samples[m]["sweep"]) for m in MODELS))
+    for model in MODELS:  # the sweeps stay finite over the longest timed block
         s = setups[model]
         state = s["warm"]
-        for _ in range(s["reps"]):
+        for _ in range(max(reps_used)):
             state, value = s["sweep"](state, s["data"])
         final_elbo[model] = float(value)
 
@@ -281,8 +290,8 @@ def time_sweeps(task, T, t, *, rounds, block_seconds, warm_sweeps, breakdown, ma
     for model in MODELS:
         s = setups[model]
         rec = {
-            "reps_per_round": s["reps"],
-            "rounds": rounds,
+            "reps_per_round": reps_used,
+            "rounds": r,
             "first_call_seconds": s["first_call_seconds"],
             "compile_seconds": s["compile_seconds"],
             "factored_covariance": s["factored"],
@@ -440,7 +449,7 @@ def print_table(rows, breakdown):
         "  medians over rounds; cpu = ratio of the minimum process CPU times (all threads); flop = ratio of",
         "  XLA's flop counts of the compiled sweeps (LAPACK calls not counted: the same in all three); kern =",
         "  fused kernels in the compiled sweep (each costs a fixed launch overhead on CPU). upd / elbo:",
-        "  jax.jit(guide.update) chained, jax.jit(guide.elbo) one call at a time (each waited for); R = RVM.",
+        "  jax.jit(guide.update) chained, jax.jit(guide.elbo) on one state, back to back; R = RVM.",
         "  To convergence: CAVI.run with tol and pruning as given, first run of the shape (incl. jit) minus the",
         "  compilation time reported by jax.monitoring (excl. jit); '!' = not converged within max_sweeps;",
         "  ms/sw = excl.-jit time per sweep (pruned sizes); active = coefficients left unpruned; ELBO not",
@@ -494,10 +503,13 @@ def parse_args(argv=None):
     p.add_argument("--n-mixture", type=int, default=200, help="mixture training size N (default 200, the paper's)")
     p.add_argument("--n-test-sinc", type=int, default=600, help="noiseless sinc test points (default 600)")
     p.add_argument("--n-test-mixture", type=int, default=2000, help="mixture test points (default 2000)")
-    p.add_argument("--rounds", type=int, default=25, help="interleaved timing rounds per problem (default 25)")
-    p.add_argument("--block-seconds", type=float, default=0.05,
-                   help="target length of one timed block of chained sweeps (default 0.05 s: many short blocks, "
-                        "whose minimum is least disturbed by other work on the machine)")
+    p.add_argument("--seconds", type=float, default=60.0,
+                   help="time per problem for the interleaved timing rounds (default 60 s)")
+    p.add_argument("--rounds", type=int, default=500, help="at most this many rounds per problem (default 500)")
+    p.add_argument("--min-rounds", type=int, default=5, help="at least this many, whatever the time (default 5)")
+    p.add_argument("--block-seconds", type=float, default=0.02,
+                   help="target length of one timed block of chained sweeps (default 0.02 s, at least one sweep: "
+                        "many short blocks, whose minimum is least disturbed by other work on the machine)")
     p.add_argument("--max-reps", type=int, default=2000, help="most sweeps in one timed block")
     p.add_argument("--warm-sweeps", type=int, default=10, help="sweeps from init before the timed blocks start")
     p.add_argument("--breakdown", dest="breakdown", action="store_true", default=None,
@@ -518,7 +530,7 @@ def parse_args(argv=None):
                    help="XLA on one CPU thread (XLA_FLAGS, set before jax is imported): steadier timings on a "
                         "shared machine")
     p.add_argument("--quick", action="store_true",
-                   help="smoke run: sinc k = 1 (N = 30), mixture k = 1 (N = 40), 5 rounds, 100 sweeps at most, "
+                   help="smoke run: sinc k = 1 (N = 30), mixture k = 1 (N = 40), 5 timing rounds, 100 sweeps at most, "
                         "no warm-up, no breakdown (< 1 min, mostly compilation)")
     p.add_argument("--out", default=None, help="JSON output path (default bench/results/grid_rvm_<backend>.json)")
     args = p.parse_args(argv)
@@ -532,7 +544,8 @@ def parse_args(argv=None):
         args.n_test_sinc = 100
         args.n_test_mixture = 200
         args.rounds = min(args.rounds, 5)
-        args.block_seconds = min(args.block_seconds, 0.01)
+        args.min_rounds = min(args.min_rounds, 5)
+        args.seconds = min(args.seconds, 1.0)
         args.warm_sweeps = min(args.warm_sweeps, 3)
         args.max_sweeps = min(args.max_sweeps, 100)
         args.converge_max_m = 0
@@ -563,7 +576,7 @@ def main(argv=None):
           f"devices={env['jax_devices']}  cpus={env['cpu_count']}  load={env['load_average']}", flush=True)
     print(f"# versions {env['versions']}", flush=True)
     print(f"# sinc k={args.sinc_noise} (N={args.n_sinc})  mixture k={args.mixture_noise} (N={args.n_mixture})  "
-          f"rounds={args.rounds}  tol={args.tol}  max_sweeps={args.max_sweeps}  quick={args.quick}", flush=True)
+          f"timing {args.seconds}s/problem ({args.min_rounds}-{args.rounds} rounds)  tol={args.tol}  max_sweeps={args.max_sweeps}  quick={args.quick}", flush=True)
 
     if args.warm_up:
         warm_up(clock)
@@ -613,7 +626,8 @@ def main(argv=None):
         else:
             row["convergence"] = None
             print("  converge: skipped", flush=True)
-        ps = row["per_sweep"] = time_sweeps(task, T, d.t_train, rounds=args.rounds, block_seconds=args.block_seconds,
+        ps = row["per_sweep"] = time_sweeps(task, T, d.t_train, rounds=args.rounds, min_rounds=args.min_rounds,
+                                            seconds=args.seconds, block_seconds=args.block_seconds,
                                             warm_sweeps=args.warm_sweeps, breakdown=args.breakdown,
                                             max_reps=args.max_reps, clock=clock)
         for model in MODELS:
@@ -623,7 +637,7 @@ def main(argv=None):
                 extra = f"; update {1e3 * x['update']['min']:.3f} ms, elbo {1e3 * x['elbo']['min']:.3f} ms"
             ratio = f"; /RVM {x['ratio_to_rvm']['min']:.2f} (median {x['ratio_to_rvm']['median']:.2f})" if model != "rvm" else ""
             print(f"  per sweep {model:>3}: {1e3 * x['sweep']['min']:.3f} ms min, {1e3 * x['sweep']['median']:.3f} ms median "
-                  f"({x['rounds']} rounds x {x['reps_per_round']}){ratio}{extra}", flush=True)
+                  f"({x['rounds']} rounds of {min(x['reps_per_round'])}-{max(x['reps_per_round'])} sweeps){ratio}{extra}", flush=True)
         rows.append(row)
         save({"rows": rows, "partial": True})
 

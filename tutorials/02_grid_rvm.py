@@ -64,10 +64,10 @@ from ppl_sbl.models import grid_rvm, rvm
 START = time.perf_counter()
 N_SINC = 30 if QUICK else 100                         # training points of the noisy sinc
 N_TEST = 200 if QUICK else 600                        # test points
-NOISE_FEATURES = (0, 2) if QUICK else (0, 2, 5, 10)   # noise inputs added to the sinc
-DIGIT_SIZES = (40,) if QUICK else (30, 60, 120, 300)  # training sizes of the digits problem
+NOISE_FEATURES = (0, 2) if QUICK else (0, 2, 10)      # noise inputs added to the sinc
+DIGIT_SIZES = (40,) if QUICK else (30, 100, 300)      # training sizes of the digits problem
 N_PARTICLES = 500 if QUICK else 4000                  # Monte Carlo particles for check_guide
-TOL = 1e-6 if QUICK else 1e-9                        # CAVI's default tol is 1e-9
+TOL = 1e-6 if QUICK else 1e-9                         # CAVI's default tol is 1e-9
 PRUNE = not QUICK                                     # CAVI's default is to prune
 DELTA = 5.55                                          # RBF width parameter of the paper
 A0 = 1e-6                                             # default Gamma(shape, rate) of every prior
@@ -102,12 +102,13 @@ def gamma_mean(shapes, rates):
 # is an ordinary design-matrix row). The prior on the weights is
 #
 # $$\alpha_i \sim \mathrm{Gamma}(a_0, b_0),\quad \beta_j \sim \mathrm{Gamma}(c_0, d_0),\qquad
-# w_{ij} \mid \alpha, \beta \sim \mathcal N\!\big(0,\ 1/(\alpha_i \beta_j)\big)\ \text{(p-grid, eq. (1))}
-# \quad\text{or}\quad \mathcal N\!\big(0,\ 1/(\alpha_i + \beta_j)\big)\ \text{(s-grid, eq. (4))},$$
+# w_{ij} \mid \alpha, \beta \sim \mathcal N\!\big(0,\ 1/(\alpha_i \beta_j)\big)\ \text{(p-grid,
+# eq. (1))} \quad\text{or}\quad \mathcal N\!\big(0,\ 1/(\alpha_i + \beta_j)\big)\ \text{(s-grid,
+# eq. (4))},$$
 #
-# followed by the RVM's likelihood: $t_n \sim \mathcal N(y_n, 1/\gamma)$ with
-# $\gamma \sim \mathrm{Gamma}(e_0, f_0)$ for regression, or $t_n \sim \mathrm{Bernoulli}(\sigma(y_n))$
-# for classification. The flat RVM is the case of one precision $\alpha_{ij}$ per cell.
+# followed by the RVM's likelihood: $t_n \sim \mathcal N(y_n, 1/\gamma)$ with $\gamma \sim
+# \mathrm{Gamma}(e_0, f_0)$ for regression, or $t_n \sim \mathrm{Bernoulli}(\sigma(y_n))$ for
+# classification. The flat RVM is the case of one precision $\alpha_{ij}$ per cell.
 #
 # The two rules behave differently:
 #
@@ -260,15 +261,16 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The middle panels plot $1/\mathbb E[\beta_j]$: column 0 (the true input) stands orders of
-# magnitude above the noise inputs, which the model has switched off as a whole. The right
-# panels show the relevance $1/\mathbb E[\text{precision of } w_{ij}]$ of every cell. For the
-# p-grid the centres (left panels) are selected too: a few centres carry the fit, as in the
-# RVM. For the s-grid the centre panel looks very different, with every $1/\mathbb E[\alpha_i]$
-# huge: section 5 explains this "handing over" of the rows to the columns, which turns the
-# s-grid here into one shared (ridge) precision per input dimension. That is also why its
-# `n_relevant` count in the table above is small although it predicts well: with one precision
-# shared by many overlapping bumps, no single weight is determined by the data alone.
+# The middle panels plot $1/\mathbb E[\beta_j]$: column 0 (the true input) stands far above
+# every noise input (the printed ratios say by how much), so the noise inputs are switched off
+# as a whole. The right panels show the relevance $1/\mathbb E[\text{precision of } w_{ij}]$
+# of every cell. For the p-grid the centres (left panels) are selected too: a few centres carry
+# the fit, as in the RVM. For the s-grid the centre panel looks very different, with every
+# $1/\mathbb E[\alpha_i]$ huge: section 5 explains this "handing over" of the rows to the
+# columns, which turns the s-grid here into one shared (ridge) precision per input dimension.
+# That is also why its `n_relevant` count in the table above is small although it predicts
+# well: with one precision shared by many overlapping bumps, no single weight is determined by
+# the data alone.
 #
 # ## 3. The sum rule needs a second bound: the log-sum bound (31)
 #
@@ -296,10 +298,14 @@ plt.show()
 # for shape $a$), large when they are broad.
 #
 # Left: a one-dimensional slice of the bound (the paper's Fig. 2 right, $\beta = 3$, tangent at
-# $(\eta, \zeta) = (2, 4)$). Right: the gap for one cell with $\alpha \sim \mathrm{Gamma}(a, a)$,
-# $\beta \sim \mathrm{Gamma}(a, a/3)$ as the shape $a$ grows, using the exact
-# $\mathbb E[\ln(\alpha+\beta)]$ from a one-dimensional quadrature
-# (`bounds.expected_log_sum_gamma`).
+# $(\eta, \zeta) = (2, 4)$). Right: the gap for one cell with $\alpha \sim \mathrm{Gamma}(a, a)$
+# (mean 1) and $\beta \sim \mathrm{Gamma}(5, 5/3)$ (mean 3) as the shape $a$ of $q(\alpha)$
+# grows, using the exact $\mathbb E[\ln(\alpha+\beta)]$ from a one-dimensional quadrature
+# (`bounds.expected_log_sum_gamma`). The bound depends on $(\eta, \zeta)$ only through the
+# ratio $\eta/\zeta$ ($\ln(e^u + e^v)$ grows linearly along the direction $u = v$, so shifting
+# the tangent point along it does not move the plane), so for comparison we also put the
+# tangent point at the ratio of the means, $\eta/\zeta = \mathbb E\alpha / \mathbb E\beta$.
+# (As $a$ grows, the gap levels off at what the fixed width of $q(\beta)$ alone costs.)
 
 # %%
 x = np.geomspace(0.05, 30, 300)
@@ -307,10 +313,11 @@ y, eta, zeta = 3.0, 2.0, 4.0
 tangent = np.log(eta + zeta) + (eta * (np.log(x) - np.log(eta)) + zeta * (np.log(y) - np.log(zeta))) / (eta + zeta)
 
 shapes = np.geomspace(0.25, 100, 40)   # quadrature needs a total shape >= 1/2
-exact = np.asarray(bounds.expected_log_sum_gamma([shapes, shapes], [shapes, shapes / 3.0]))
-e_log = [digamma(shapes) - np.log(shapes), digamma(shapes) - np.log(shapes / 3.0)]
-at_optimum = np.asarray(bounds.log_sum_bound(e_log, e_log)[0])        # eta, zeta from (35)
-at_means = np.asarray(bounds.log_sum_bound(e_log, [np.zeros_like(shapes), np.log(3.0) * np.ones_like(shapes)])[0])
+c_beta = np.full_like(shapes, 5.0)
+exact = np.asarray(bounds.expected_log_sum_gamma([shapes, c_beta], [shapes, c_beta / 3.0]))
+e_log = [digamma(shapes) - np.log(shapes), digamma(c_beta) - np.log(c_beta / 3.0)]   # E[ln alpha], E[ln beta]
+at_optimum = np.asarray(bounds.log_sum_bound(e_log, e_log)[0])                       # eta, zeta from (35)
+at_means = np.asarray(bounds.log_sum_bound(e_log, [np.zeros_like(shapes), np.full_like(shapes, np.log(3.0))])[0])
 
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
 axes[0].semilogx(x, np.log(x + y), "k", label=r"$\ln(\alpha + 3)$")
@@ -319,15 +326,16 @@ axes[0].axvline(eta * y / zeta, color="0.8", lw=0.8)
 axes[0].set(xlabel=r"$\alpha$", title=r"tight where $\alpha/\beta = \eta/\zeta$")
 axes[0].legend()
 axes[1].loglog(shapes, exact - at_optimum, "C0", label=r"gap at $\eta=e^{E\ln\alpha}, \zeta=e^{E\ln\beta}$ (35)")
-axes[1].loglog(shapes, exact - at_means, "C1--", label=r"gap at $\eta=E\alpha, \zeta=E\beta$")
-axes[1].set(xlabel="shape a of q(alpha) and q(beta)", ylabel="nats lost per cell",
+axes[1].loglog(shapes, exact - at_means, "C1--", label=r"gap at $\eta/\zeta=E\alpha/E\beta$")
+axes[1].set(xlabel="shape a of q(alpha)", ylabel="nats lost per cell",
             title=r"$E[\ln(\alpha+\beta)]$ minus its bound")
 axes[1].legend(fontsize=8)
 plt.tight_layout()
 plt.show()
 print(f"gap at (35): {exact[0] - at_optimum[0]:.3g} nats for shape {shapes[0]:.2g}, "
       f"{exact[-1] - at_optimum[-1]:.3g} nats for shape {shapes[-1]:.3g}")
-print(f"tangent point at the means instead: always worse: {bool(np.all(at_means <= at_optimum + 1e-12))}")
+print(f"gap with the ratio of the means: {exact[0] - at_means[0]:.3g} nats for shape {shapes[0]:.2g}; "
+      f"never smaller than at (35): {bool(np.all(at_means <= at_optimum + 1e-12))}")
 
 # %% [markdown]
 # The fitted s-grids report the nats the bound loses, summed over all cells and with the
@@ -389,14 +397,14 @@ best = digit_table.loc[digit_table.groupby("n_train").test_error.idxmin(), ["n_t
 print("lowest test error:", ", ".join(f"n = {n}: {m}" for n, m in best.itertuples(index=False)))
 
 # %% [markdown]
-# Compare the test errors yourself (the line below the plot says which model had the lowest
-# test error at each size): on this problem the grid models do **not** beat the flat RVM.
-# Coupling the precisions is an assumption about the problem: that relevance factorises into a
-# row effect and a column effect. For the sinc table that is exactly right (a noise input is irrelevant at every
-# centre). For a digit it is not: the pixels that separate 0-4 from 5-9 follow the strokes, and
-# a map "row effect times (or plus) column effect" cannot pick out a stroke in the middle of
-# the image without also switching on, or off, its whole row and column. The maps make this
-# visible (largest training size; the flat RVM's map is $-\log_{10}\mathbb E[\alpha_k]$ per
+# Compare the test errors yourself (the line below the plot says which model had the lowest test
+# error at each size): on this problem the grid models do **not** beat the flat RVM. Coupling
+# the precisions is an assumption about the problem: that relevance factorises into a row effect
+# and a column effect. For the sinc table that is exactly right (a noise input is irrelevant at
+# every centre). For a digit it is not: the pixels that separate 0-4 from 5-9 follow the
+# strokes, and a map "row effect times (or plus) column effect" cannot pick out a stroke in the
+# middle of the image without also switching on, or off, its whole row and column. The maps make
+# this visible (largest training size; the flat RVM's map is $-\log_{10}\mathbb E[\alpha_k]$ per
 # pixel, darker is more relevant, as in the grid models' cell images):
 
 # %%
@@ -413,19 +421,48 @@ axes[0, 3].set(title=r"flat RVM: $-\log_{10} E[\alpha_k]$ per pixel", xlabel="pi
 plt.colorbar(im, ax=axes[0, 3])
 axes[1, 3].imshow(np.abs(g.X_train).mean(0), cmap="Greys")
 axes[1, 3].set(title="mean |standardised pixel| (training)", xlabel="pixel column", ylabel="pixel row")
+
+# pixels with (almost) no information: constant on the training set, or constant in >= 95% of
+# the images
+pixels = g.X_train.reshape(n_show, -1)
+mode_share = np.array([np.unique(col, return_counts=True)[1].max() / n_show for col in pixels.T]).reshape(8, 8)
+constant, rare = mode_share == 1.0, (mode_share >= 0.95) & (mode_share < 1.0)
+for ax in (axes[0, 2], axes[1, 2], axes[0, 3]):
+    for mask, marker in ((constant, "x"), (rare, ".")):
+        r, c = np.nonzero(mask)
+        ax.plot(c, r, marker, color="C3", ms=8, mew=2, ls="none")
 plt.tight_layout()
 plt.show()
 print(f"n = {n_show}: flat RVM relevant pixels (row, column): "
       f"{[tuple(map(int, rc)) for rc in np.argwhere(fits['rvm'].relevant.reshape(8, 8))]}")
+print(f"{int(constant.sum())} pixels constant on the training set (x), {int(rare.sum())} more with one value "
+      f"in >= 95% of the images (.)")
+if constant.any():
+    print(f"flat RVM: E[alpha_k] of the constant pixels lies in [{e_alpha_flat[constant].min():.3g}, "
+          f"{e_alpha_flat[constant].max():.3g}]")
+for name in ("p-grid", "s-grid"):
+    res = fits[name]
+    e_row, e_col = (gamma_mean(a, b) for a, b in zip(res.state.shapes, res.state.rates))
+    print(f"{name}: E[alpha_i] (rows) {np.array2string(e_row, precision=2, max_line_width=150)}")
+    print(f"{' ' * len(name)}  E[beta_j] (columns) {np.array2string(e_col, precision=2, max_line_width=150)}")
 
 # %% [markdown]
 # The flat RVM keeps a scattered set of individual pixels. The grid maps are, by construction,
-# combinations of a row profile and a column profile. Two caveats when reading the bars: the
-# outermost pixel columns are almost always blank, so after standardisation they hold a few
-# huge values and otherwise zeros; and a row or column whose features the data hardly
-# constrain keeps whatever precision the slow CAVI drift leaves it with, so an individual tall
-# bar is not by itself evidence of relevance. The cell images, which combine both axes, are the
-# safer read.
+# a row profile combined with a column profile. Three caveats when reading these pictures:
+#
+# * Pixels marked **x** are constant on the training set, so all their features are 0 and the
+#   data say nothing about their weights. Their precisions simply stay near where CAVI started
+#   them (the printed range of the flat RVM's $\mathbb E[\alpha_k]$ there), which can look
+#   "relevant" in a map but is not. Pixels marked **.** have one value in at least 95% of the
+#   training images; after standardisation they hold a few large values and otherwise a
+#   constant, so a weight on them acts as a detector of a rare stroke.
+# * For the s-grid, a bar far above the others (look for $1/\mathbb E[\text{precision}]$ of
+#   $10^4$ or more) usually marks a row or column that has handed its responsibility to the other
+#   axis, with $\mathbb E[\beta_j] \approx 0$ (section 5 explains this): its cells are governed
+#   by the other axis alone, so the bar says nothing about relevance. The printed
+#   $\mathbb E[\alpha_i]$, $\mathbb E[\beta_j]$ show which.
+# * The cell images, which combine both axes into the precision each weight actually gets,
+#   are the safer read.
 #
 # ## 5. Ranking models by their ELBO, and what it means
 #
@@ -489,12 +526,13 @@ for name, res in big["fits"].items():
 #
 # * the flat RVR pays for $M_1 M_2$ precisions, the p-grid for $M_1 + M_2$, the ridge for one,
 #   and their ELBOs are ordered accordingly;
-# * the s-grid pays for fewer still. Under the sum rule a row can hand **all** of its
-#   responsibility to the columns: when $r_{ij} \to 0$ for every $j$, update (33) leaves
-#   $q(\alpha_i)$ at the prior shape $a_0$, with $\mathbb E[\alpha_i] = a_0/b_i \approx 0$, and a
-#   Gamma factor still at its prior shape costs essentially no KL. The precision of $w_{ij}$
-#   is then $\beta_j$ alone: the s-grid has become one shared ridge precision per input
-#   dimension. The counts below show how many rows (and columns) did this:
+# * the s-grid pays for far fewer than its $M_1 + M_2$ (the "cost > 1 nat" count). Under the sum
+#   rule a row can hand **all** of its responsibility to the columns: when $r_{ij} \to 0$ for
+#   every $j$, update (33) leaves $q(\alpha_i)$ at the prior shape $a_0$, with $\mathbb
+#   E[\alpha_i] = a_0/b_i \approx 0$, and a Gamma factor still at its prior shape costs
+#   essentially no KL. The precision of $w_{ij}$ is then $\beta_j$ alone: the s-grid has become
+#   one shared ridge precision per input dimension. The counts below show how many rows (and
+#   columns) did this:
 
 # %%
 for k in NOISE_FEATURES:
@@ -516,10 +554,10 @@ for n in DIGIT_SIZES:
 # not by the data. Compare the two lines printed under the `compare` table: the model with the
 # highest ELBO need not be the most accurate. The ridge pays for a single precision, but that
 # one precision must serve the signal input and the noise inputs alike, so it cannot fit the
-# sinc without also fitting the noise, and its test RMSE shows it. The digits tell the same
-# story: the grid models (16 precisions) have ELBOs far above the flat RVM (64 precisions), and
-# a higher test error. An ELBO comparison between models with different numbers of
-# hyperparameters is only as meaningful as the hyperpriors (try exercise 2).
+# sinc without also fitting the noise: compare its test RMSE with the grid models'. The digits
+# tell the same story: the grid models (16 precisions) have ELBOs far above the flat RVM (64
+# precisions), and a higher test error. An ELBO comparison between models with different numbers
+# of hyperparameters is only as meaningful as the hyperpriors (try exercise 2).
 #
 # ## 6. Are the closed-form guides right? `check_guide`
 #
@@ -641,10 +679,11 @@ print(f"largest change of the test predictions: {np.max(np.abs(pred1 - pred0)):.
 #   sum (s-grid). Under the sum rule a large row or column precision switches off the whole row
 #   or column; under the product rule the other factor can compensate it.
 # * Fewer precisions means fewer chances to tune a precision to the noise: with per-dimension
-#   RBF tables, the grid models keep their test error as noise inputs are added while the flat
-#   RVR's grows, and the column precisions single out the one informative input.
+#   RBF tables, the grid models' test error grows far less than the flat RVR's as noise inputs
+#   are added, and the column precisions single out the one informative input.
 # * The coupling is an assumption. On the digit images, whose relevant pixels do not factorise
-#   into rows and columns, the flat RVM predicted better in our runs.
+#   into rows and columns, the flat RVM predicted better (the printed comparison by training
+#   size).
 # * The s-grid needs the log-sum bound (31), the tangent plane of the convex
 #   $\ln(e^u + e^v)$ in log space, tight in expectation up to a Jensen gap when
 #   $\eta = \exp\mathbb E\ln\alpha$, $\zeta = \exp\mathbb E\ln\beta$ (35); `bound_gaps` and
@@ -668,8 +707,8 @@ print(f"largest change of the test predictions: {np.max(np.abs(pred1 - pred0)):.
 # 3. Fit the digits with the images transposed (`g.X_train.transpose(0, 2, 1)`). Which results
 #    change and which do not, for each of the three models?
 # 4. Use the ordinary RBF basis `basis.rbf(d.X_train, delta=DELTA)` (one column per centre,
-#    distances over all inputs) as an $N \times 1$ table for the grid models. How do they
-#    compare with the flat RVR there, and why?
+#    distances over all inputs) as an $N \times 1$ table for the grid models (`Phi[:, :,
+#    None]`). How do they compare with the flat RVR there, and why?
 # 5. Tables with more than two axes: `grid_rvm.regression` accepts $(N, M_1, M_2, M_3)$ arrays
 #    with `axis_priors=[(a, b)] * 3`. Build a table of (centre, input dimension, RBF width)
 #    with two or three widths and see which width the third axis selects.
