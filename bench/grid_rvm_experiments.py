@@ -61,14 +61,12 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
-import platform
-import socket
-import sys
 import time
+
+from _common import environment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DELTA = 5.55
@@ -467,24 +465,6 @@ def figures(record, out_dir, suffix=""):
 # ----------------------------------------------------------------------------------------------
 # Main
 # ----------------------------------------------------------------------------------------------
-def environment():
-    import jax
-    import numpy as np
-    import numpyro
-
-    import ppl_sbl
-
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "python": sys.version.split()[0],
-        "jax_backend": jax.default_backend(),
-        "versions": {"ppl_sbl": getattr(ppl_sbl, "__version__", "?"), "jax": jax.__version__,
-                     "numpyro": numpyro.__version__, "numpy": np.__version__},
-    }
-
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],

@@ -36,18 +36,17 @@ Timing notes
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
-import platform
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import warnings
+
+from _common import environment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DELTA = 5.55
@@ -379,34 +378,6 @@ def print_table(rows):
     return text
 
 
-def environment():
-    import jax
-    import numpy as np
-    import numpyro
-    import sklearn
-
-    import ppl_sbl
-
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "python": sys.version.split()[0],
-        "jax_backend": jax.default_backend(),
-        "jax_devices": [str(d) for d in jax.devices()],
-        "versions": {
-            "ppl_sbl": getattr(ppl_sbl, "__version__", "?"),
-            "jax": jax.__version__,
-            "jaxlib": getattr(__import__("jaxlib"), "__version__", "?"),
-            "numpyro": numpyro.__version__,
-            "scikit-learn": sklearn.__version__,
-            "numpy": np.__version__,
-        },
-        "x64": bool(jax.config.jax_enable_x64),
-    }
-
 
 # ----------------------------------------------------------------------------------------------
 # Main
@@ -460,7 +431,7 @@ def main(argv=None):
         return
 
     cache_dir = _enable_compilation_cache()
-    env = environment()
+    env = environment("sklearn")
     print(f"# ppl-sbl RVM benchmark  {env['date']}  host={env['hostname']}  backend={env['jax_backend']} "
           f"devices={env['jax_devices']}  cpus={env['cpu_count']}", flush=True)
     print(f"# versions {env['versions']}", flush=True)

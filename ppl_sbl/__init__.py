@@ -24,7 +24,7 @@ from . import basis, bounds, datasets, expfam, gaussian, likelihoods  # noqa: E4
 from .arviz import compare, plot_elbo_trace, plot_grid_relevance, plot_relevance, to_inference_data  # noqa: E402
 from .diagnostics import GuideCheck, check_guide  # noqa: E402
 from .estimators import RVC, RVR  # noqa: E402
-from .inference import CAVI, CAVIResult, ClosedFormGuide, closed_form_guide, fit  # noqa: E402
+from .inference import CAVI, CAVIResult, ClosedFormGuide, closed_form_guide, fit, fit_grid  # noqa: E402
 
 __all__ = [
     "CAVI",
@@ -32,6 +32,7 @@ __all__ = [
     "ClosedFormGuide",
     "closed_form_guide",
     "fit",
+    "fit_grid",
     "check_guide",
     "GuideCheck",
     "compare",

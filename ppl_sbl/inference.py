@@ -29,7 +29,7 @@ import numpy as np
 
 from . import gaussian as _gauss
 
-__all__ = ["ClosedFormGuide", "closed_form_guide", "find_guide", "resolve_guide", "CAVI", "CAVIResult", "fit"]
+__all__ = ["ClosedFormGuide", "closed_form_guide", "find_guide", "resolve_guide", "CAVI", "CAVIResult", "fit", "fit_grid"]
 
 
 class ClosedFormGuide(NamedTuple):
@@ -60,6 +60,9 @@ class ClosedFormGuide(NamedTuple):
         How much each local bound loses against its exact expectation under q (each >= 0, and
         together ``elbo_exact - elbo``); without it a result reports ``elbo_exact - elbo``
         under the name of ``bound``.
+    extras(state, data) -> {name: array} or None
+        Model-specific summaries of the fitted state, readable as attributes of the result
+        (e.g. the robust RVM's ``result.outlier_score``).
     """
 
     prepare: Callable
@@ -73,6 +76,7 @@ class ClosedFormGuide(NamedTuple):
     bound: str = "none"
     observed: str = "t"
     bound_gaps: Optional[Callable] = None
+    extras: Optional[Callable] = None
 
 
 def closed_form_guide(guide):
@@ -319,28 +323,98 @@ class CAVI:
         return bar
 
 
+def _fit_loop(guide, data, tol, max_sweeps, init_state, record):
+    state = _strong(guide.init(data) if init_state is None else init_state)
+    dtype = jnp.float64
+    trace = jnp.full((int(max_sweeps) if record else 0,), jnp.nan, dtype)
+
+    def body(carry):
+        state, old, _, i, trace = carry
+        state = guide.update(state, data)
+        new = guide.elbo(state, data)
+        if record:
+            trace = trace.at[i].set(new)
+        return state, new, old, i + 1, trace
+
+    def cond(carry):
+        _, new, old, i, _ = carry
+        return (i < max_sweeps) & ((i < 2) | (_relative_change(new, old) > tol))
+
+    carry = (state, jnp.asarray(-jnp.inf, dtype), jnp.asarray(-jnp.inf, dtype), jnp.asarray(0), trace)
+    state, new, old, sweeps, trace = jax.lax.while_loop(cond, body, carry)
+    return state, new, sweeps, _relative_change(new, old) <= tol, trace
+
+
 def fit(guide: ClosedFormGuide, data, *, tol=1e-9, max_sweeps=20000, init_state=None):
     """CAVI as one pure function (``lax.while_loop``, no pruning): jit- and vmap-able.
 
     Returns ``(state, elbo, num_sweeps, converged)``. Use it to fit many problems of the same
-    shape at once, e.g. ``jax.vmap(lambda d: fit(guide, d))(stacked_data)``.
+    shape at once, e.g. ``jax.vmap(lambda d: fit(guide, d))(stacked_data)``, or use
+    :func:`fit_grid`, which does that for a list of designs and returns results.
     """
-    state = _strong(guide.init(data) if init_state is None else init_state)
+    return _fit_loop(guide, data, tol, max_sweeps, init_state, record=False)[:4]
 
-    def body(carry):
-        state, old, _, i = carry
-        state = guide.update(state, data)
-        new = guide.elbo(state, data)
-        return state, new, old, i + 1
 
-    def cond(carry):
-        _, new, old, i = carry
-        return (i < max_sweeps) & ((i < 2) | (_relative_change(new, old) > tol))
+def _stack(datas):
+    structures = {jax.tree.structure(d) for d in datas}
+    shapes = {tuple(jnp.shape(x) for x in jax.tree.leaves(d)) for d in datas}
+    if len(structures) > 1 or len(shapes) > 1:
+        raise ValueError(
+            "the designs give prepared data of different structures or shapes (e.g. different "
+            "numbers of columns, or a low-rank factor of data-dependent rank), so they cannot be "
+            "fitted in one vmapped call; fit them one by one with CAVI(...).run."
+        )
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *datas)
 
-    dtype = jnp.float64
-    carry = (state, jnp.asarray(-jnp.inf, dtype), jnp.asarray(-jnp.inf, dtype), jnp.asarray(0))
-    state, new, old, sweeps = jax.lax.while_loop(cond, body, carry)
-    return state, new, sweeps, _relative_change(new, old) <= tol
+
+_GRID_FITS = {}
+
+
+def fit_grid(model, designs, *args, names=None, tol=1e-9, max_sweeps=20000, guide=None, **kwargs) -> dict:
+    """Fit ``model(design, *args, **kwargs)`` for every design in ``designs`` in one jitted,
+    vmapped call (:func:`fit` under ``jax.vmap``: no pruning; every fit keeps its own ELBO trace
+    and stopping sweep) and return ``{name: CAVIResult}``, ready for :func:`ppl_sbl.compare`.
+
+    Typical use: the same model on a grid of kernel widths (one design matrix per width, all of
+    the same shape), picked by ELBO without cross-validation. ``names`` defaults to
+    ``"0", "1", ...``. On a CPU the batch runs one lane after the other inside each sweep and
+    every lane runs until the slowest has converged; on a GPU the lanes run side by side.
+    """
+    designs = list(designs)
+    if not designs:
+        raise ValueError("`designs` is empty; pass a list of design matrices of one shape.")
+    names = [str(i) for i in range(len(designs))] if names is None else [str(n) for n in names]
+    if len(names) != len(designs):
+        raise ValueError(f"`names` has {len(names)} entries for {len(designs)} designs.")
+    spec = find_guide(model, guide)
+    guides = {id(resolve_guide(spec, (x,) + args, kwargs)) for x in designs}
+    g = resolve_guide(spec, (designs[0],) + args, kwargs)
+    if len(guides) > 1:
+        raise ValueError("the designs select different guides; fit them one by one.")
+    datas = [_strong(g.prepare(x, *args, **kwargs)) for x in designs]
+    stacked = _stack(datas)
+    key = (id(g), float(tol), int(max_sweeps))
+    if key not in _GRID_FITS:
+        _GRID_FITS[key] = (g, jax.jit(jax.vmap(lambda d: _fit_loop(g, d, tol, max_sweeps, None, record=True))))
+    start = time.perf_counter()
+    states, _, sweeps, converged, traces = jax.block_until_ready(_GRID_FITS[key][1](stacked))
+    seconds = time.perf_counter() - start
+    sweeps, converged, traces = np.asarray(sweeps), np.asarray(converged), np.asarray(traces)
+    results = {}
+    for i, (name, x) in enumerate(zip(names, designs)):
+        results[name] = CAVIResult(
+            model=model,
+            guide_spec=g,
+            args=(x,) + args,
+            kwargs=kwargs,
+            data=datas[i],
+            state=jax.tree.map(lambda leaf: leaf[i], states),
+            elbo_trace=traces[i, : int(sweeps[i])],
+            converged=bool(converged[i]),
+            tol=tol,
+            seconds=seconds,
+        )
+    return results
 
 
 @dataclasses.dataclass
@@ -458,6 +532,15 @@ class CAVIResult:
         from .arviz import to_inference_data
 
         return to_inference_data(self, num_samples=num_samples, seed=seed)
+
+    def __getattr__(self, name):
+        # model-specific summaries (ClosedFormGuide.extras), e.g. result.outlier_score
+        spec = self.__dict__.get("guide_spec")
+        if spec is not None and spec.extras is not None and not name.startswith("_"):
+            extras = spec.extras(self.state, self.data)
+            if name in extras:
+                return np.asarray(extras[name])
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __repr__(self):
         n_rel = int(np.sum(self.relevant))

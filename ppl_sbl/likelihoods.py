@@ -10,6 +10,8 @@ Gaussian noise, t_n ~ N(phi_n^T w, 1/gamma), gamma ~ Gamma(e0, f0) (grid RVM eq.
 Bernoulli-logit with the Jaakkola-Jordan bound, t_n in {0, 1} (eq. (27), (29), (30)):
     q(w):      Sigma = (diag P + 2 Phi^T Lambda(xi) Phi)^-1, mu = Sigma Phi^T (t - 1/2)
     xi:        xi_n^2 = phi_n^T (Sigma + mu mu^T) phi_n
+The JJ functions take optional per-point weights omega_n multiplying each point's
+log-likelihood (the robust RVM of Hwang & Jeong 2015, eq. (3), (10)-(11)).
 """
 from __future__ import annotations
 
@@ -34,9 +36,13 @@ __all__ = [
     "jj_rank",
     "jj_update_w",
     "jj_update_xi",
+    "jj_pointwise",
     "jj_elbo_terms",
+    "bernoulli_exact_pointwise",
     "bernoulli_exact_terms",
     "jj_data_precision",
+    "diagonal_rank",
+    "weighted_update_w",
 ]
 
 
@@ -152,32 +158,50 @@ def prepare_bernoulli(Phi, t) -> BernoulliLikelihood:
     return BernoulliLikelihood(jnp.asarray(Phi), jnp.asarray(t))
 
 
-def jj_data_precision(xi, lik: BernoulliLikelihood):
-    """h_k = 2 sum_n lambda(xi_n) phi_nk^2."""
-    return 2.0 * (lik.Phi**2).T @ jj_lambda(xi)
+def _weights(weights, like):
+    return jnp.ones_like(like) if weights is None else weights
 
 
-def jj_rank(lik: BernoulliLikelihood):
-    """Rank of the factored form of q(w) (N, when N <= M / 3: Phi^T Lambda Phi has rank <= N and
-    the Woodbury update costs O(M N^2) instead of O(M^3)), or None for the dense form."""
-    N, M = lik.Phi.shape
+def jj_data_precision(xi, lik: BernoulliLikelihood, weights=None):
+    """h_k = 2 sum_n omega_n lambda(xi_n) phi_nk^2 (omega_n = 1 without ``weights``)."""
+    return 2.0 * (lik.Phi**2).T @ (_weights(weights, xi) * jj_lambda(xi))
+
+
+def diagonal_rank(Phi):
+    """Rank of the factored form of q(w) for a data precision Phi^T diag(W) Phi that changes every
+    sweep (N, when N <= M / 3: it has rank <= N and the Woodbury update costs O(M N^2) instead of
+    O(M^3)), or None for the dense form."""
+    N, M = Phi.shape
     return N if N <= M // 3 else None
 
 
-def jj_update_w(q: G.ActiveGaussian, prior_precision, xi, lik: BernoulliLikelihood):
-    """q(w) under the JJ bound: eq. (29). In the factored form (see :func:`jj_rank`) the data
-    precision 2 Phi_A^T Lambda Phi_A is passed as its factor (sqrt(2 lambda) Phi_A)^T."""
-    lam = jj_lambda(xi)
-    phi_a = G.gather_columns(lik.Phi, q.index)
-    factor = (jnp.sqrt(2.0 * lam)[:, None] * phi_a).T if q.base.shape[0] > 0 else None
+def jj_rank(lik: BernoulliLikelihood):
+    """Rank of the factored form of q(w) under the JJ bound (see :func:`diagonal_rank`)."""
+    return diagonal_rank(lik.Phi)
+
+
+def weighted_update_w(q: G.ActiveGaussian, prior_precision, W, r, Phi):
+    """q(w) for a likelihood that is quadratic in w with a diagonal weight per point:
+    Sigma = (diag P + Phi^T diag(W) Phi)^-1, mu = Sigma Phi^T r. In the factored form (see
+    :func:`diagonal_rank`) the data precision is passed as its factor (sqrt(W) Phi_A)^T."""
+    phi_a = G.gather_columns(Phi, q.index)
+    factor = (jnp.sqrt(W)[:, None] * phi_a).T if q.base.shape[0] > 0 else None
     return G.update_active_gaussian(
         q,
         prior_precision,
-        lambda: 2.0 * phi_a.T @ (lam[:, None] * phi_a),
-        phi_a.T @ (lik.t - 0.5),
-        jj_data_precision(xi, lik),
+        lambda: phi_a.T @ (W[:, None] * phi_a),
+        phi_a.T @ r,
+        (Phi**2).T @ W,
         data_factor=factor,
     )
+
+
+def jj_update_w(q: G.ActiveGaussian, prior_precision, xi, lik: BernoulliLikelihood, weights=None):
+    """q(w) under the JJ bound: eq. (29); with per-point ``weights`` omega_n (the robust RVM's
+    E[omega_n], its eq. (10)-(11)): Sigma = (diag P + 2 Phi^T diag(omega lambda) Phi)^-1,
+    mu = Sigma Phi^T (omega (t - 1/2))."""
+    omega = _weights(weights, xi)
+    return weighted_update_w(q, prior_precision, 2.0 * omega * jj_lambda(xi), omega * (lik.t - 0.5), lik.Phi)
 
 
 def jj_update_xi(q: G.ActiveGaussian, lik: BernoulliLikelihood):
@@ -186,13 +210,24 @@ def jj_update_xi(q: G.ActiveGaussian, lik: BernoulliLikelihood):
     return jnp.sqrt(mean**2 + var)
 
 
-def jj_elbo_terms(q: G.ActiveGaussian, xi, lik: BernoulliLikelihood):
-    """sum_n E_q of the JJ bound (27) on ln p(t_n | w)."""
+def jj_pointwise(q: G.ActiveGaussian, xi, lik: BernoulliLikelihood):
+    """E_q of the JJ bound (27) on ln p(t_n | w) for every point, shape (N,)."""
     mean, var = G.linear_moments(q, lik.Phi)
-    return jnp.sum(jj_log_sigmoid_bound((2.0 * lik.t - 1.0) * mean, mean**2 + var, xi))
+    return jj_log_sigmoid_bound((2.0 * lik.t - 1.0) * mean, mean**2 + var, xi)
 
 
-def bernoulli_exact_terms(q: G.ActiveGaussian, lik: BernoulliLikelihood):
-    """sum_n E_q[ln sigma(s_n phi_n^T w)], s_n = 2 t_n - 1, by one-dimensional quadrature."""
+def jj_elbo_terms(q: G.ActiveGaussian, xi, lik: BernoulliLikelihood, weights=None):
+    """sum_n omega_n E_q of the JJ bound (27) on ln p(t_n | w) (omega_n = 1 without ``weights``)."""
+    return jnp.sum(_weights(weights, xi) * jj_pointwise(q, xi, lik))
+
+
+def bernoulli_exact_pointwise(q: G.ActiveGaussian, lik: BernoulliLikelihood):
+    """E_q[ln sigma(s_n phi_n^T w)], s_n = 2 t_n - 1, for every point, by quadrature, shape (N,)."""
     mean, var = G.linear_moments(q, lik.Phi)
-    return jnp.sum(expected_log_sigmoid((2.0 * lik.t - 1.0) * mean, var))
+    return expected_log_sigmoid((2.0 * lik.t - 1.0) * mean, var)
+
+
+def bernoulli_exact_terms(q: G.ActiveGaussian, lik: BernoulliLikelihood, weights=None):
+    """sum_n omega_n E_q[ln sigma(s_n phi_n^T w)] by one-dimensional quadrature."""
+    pointwise = bernoulli_exact_pointwise(q, lik)
+    return jnp.sum(_weights(weights, pointwise) * pointwise)

@@ -1,0 +1,47 @@
+"""Helpers shared by the benchmark scripts in this folder (run as ``python bench/<name>.py``,
+which puts this folder on ``sys.path``)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import socket
+import sys
+
+
+def environment(*packages: str) -> dict:
+    """Where and with what a benchmark ran: date, host, CPU count and load, JAX backend and
+    devices, x64 and XLA flags, and the versions of ppl_sbl, JAX, NumPyro, NumPy and of any
+    further ``packages`` (import names, e.g. ``"sklearn"``)."""
+    import importlib
+
+    import jax
+    import numpy as np
+    import numpyro
+
+    import ppl_sbl
+
+    versions = {
+        "ppl_sbl": getattr(ppl_sbl, "__version__", "?"),
+        "jax": jax.__version__,
+        "jaxlib": getattr(importlib.import_module("jaxlib"), "__version__", "?"),
+        "numpyro": numpyro.__version__,
+        "numpy": np.__version__,
+    }
+    for name in packages:
+        versions[name] = getattr(importlib.import_module(name), "__version__", "?")
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "python": sys.version.split()[0],
+        "jax_backend": jax.default_backend(),
+        "jax_devices": [str(d) for d in jax.devices()],
+        "versions": versions,
+        "x64": bool(jax.config.jax_enable_x64),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    }

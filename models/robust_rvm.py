@@ -1,0 +1,414 @@
+"""The robust relevance vector machine (Hwang & Jeong 2015): Gamma-weighted likelihoods.
+
+Each point's log-likelihood is multiplied by its own weight omega_n ~ Gamma(c, d) (eq. (3)), so
+a point the fit cannot explain gets a small weight and its influence on the boundary is bounded
+(Proposition 1). Models (plain NumPyro programs; they run unchanged under NUTS, SVI and
+``Predictive``)::
+
+    classification(Phi, t=None, *, a=1e-5, b=1e-5, c=2 - ln 2, d=2 - ln 2)
+        alpha_k ~ Gamma(a, b),  w_k | alpha_k ~ N(0, 1/alpha_k),  omega_n ~ Gamma(c, d),
+        p(t | w, omega) = prod_n Bernoulli(t_n | sigma(phi_n^T w))^omega_n,  t_n in {0, 1}
+    regression(Phi, t=None, *, a=1e-6, b=1e-6, c=2, d=2, e0=1e-6, f0=1e-6)     (beyond the paper)
+        alpha, w as above, gamma ~ Gamma(e0, f0), omega_n ~ Gamma(c, d),
+        t_n | w, gamma, omega_n ~ N(phi_n^T w, 1 / (gamma omega_n))
+        (with c = d = nu/2, t_n is Student-t with nu degrees of freedom given w and gamma)
+
+Gamma is shape/rate. The paper's symbols and the sites:
+
+    paper                      site       here
+    beta (coefficients)        ``w``      q(w) = N(mu, Sigma)              (7)
+    alpha (precisions)         ``alpha``  q(alpha_k) = Gamma(a~, b~_k)     (8)
+    w_i (point weights)        ``omega``  q(omega_n) = Gamma(c~, d~_n)     (9)
+    t_i                        ``t``      observed, 0/1
+    xi_i                       -          Jaakkola-Jordan parameter, state ``xi``
+
+The weighting is a ``numpyro.handlers.scale`` with ``omega`` as the scale around the Bernoulli
+site, so the trace shows the Bernoulli site and its weight, NUTS samples the same joint, and
+``Trace_ELBO`` sees omega_n ln p(t_n | w). The weighted likelihood is unnormalised in t, as in
+the paper (renormalising it would change the bound (17)). Under ``Predictive`` with ``t=None``
+labels are drawn from the unweighted Bernoulli, and the pointwise log-likelihood exported for
+``az.loo`` (``to_inference_data``) is the unweighted ln p(t_n | w).
+
+Closed-form guide (classification), one sweep in the paper's order, from the priors and xi = 1:
+
+    Sigma = (diag E[alpha] + 2 sum_n E[omega_n] lambda(xi_n) phi_n phi_n^T)^-1       (10)
+    mu = Sigma sum_n E[omega_n] (t_n - 1/2) phi_n                                    (11)
+    a~ = a + 1/2,  b~_k = b + E[w_k^2]/2                                             (12)-(13)
+    c~ = c,  d~_n = d - E_q(w)[ln h(w, xi_n)]                                         (14)-(15)
+    xi_n^2 = phi_n^T E[w w^T] phi_n                                                   (16)
+
+with ln h(w, xi) the Jaakkola-Jordan bound (5) on ln p(t_n | w). Eq. (15) has a misprint: its
+first line (E[ln h], the expected bound) is right and agrees with (17); the second line's
+ln E[h] is not what the first line says. The ELBO is (17): sum_n E[omega_n] E[ln h_n] plus the
+prior and entropy terms; ``elbo_exact`` replaces E[ln h_n] by E_q[ln sigma(s_n phi_n^T w)]
+(quadrature). Each point's E[omega_n] = c / d~_n is its **outlier score** (``result.outlier_score``):
+small means down-weighted. Since ln h <= 0, d~_n >= d, so with c = d every weight lies in
+[0, 1] (Proposition 2).
+
+Regression guide (the same structure, all conjugate): with r_n = t_n - phi_n^T w,
+
+    Sigma = (diag E[alpha] + E[gamma] Phi^T diag(E[omega]) Phi)^-1,
+    mu = E[gamma] Sigma Phi^T (E[omega] t)
+    a~, b~ as above;  c~_n = c + 1/2,  d~_n = d + E[gamma] E[r_n^2] / 2
+    e = e0 + N/2,  f = f0 + sum_n E[omega_n] E[r_n^2] / 2
+
+and the ELBO is exact (no local bound).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+
+from ppl_sbl import expfam
+from ppl_sbl import gaussian as G
+from ppl_sbl import likelihoods as L
+from ppl_sbl.bounds import expected_sigmoid
+from ppl_sbl.inference import ClosedFormGuide, closed_form_guide
+from ppl_sbl.validation import check_design, check_positive
+
+from .rvm import RVMData, _alpha_terms, _ard_prior, _check_new_design, _prior_precision, _rvm_data, _update_alpha
+
+__all__ = [
+    "classification",
+    "regression",
+    "outlier_score",
+    "weighted_loss",
+    "DEFAULT_R",
+    "RobustData",
+    "ClassificationState",
+    "RegressionState",
+    "CLASSIFICATION_GUIDE",
+    "REGRESSION_GUIDE",
+]
+
+DEFAULT_R = 2.0 - math.log(2.0)
+"""The paper's c = d = r = 2 - ln 2 (section 3.2): the r at which the weighted logistic loss
+g(u) = r l(u) / (r + l(u)) changes fastest at the boundary u = 0, i.e. g''(0) = 0 (the paper
+prints the first derivative, g'(0) = 0, which has no solution: g'(0) = -r^2 / (2 (r + ln 2)^2);
+its second derivative vanishes exactly when r + ln 2 = 2). See :func:`weighted_loss`."""
+
+
+class _Observed(NamedTuple):
+    Phi: jax.Array
+    t: jax.Array
+
+
+class RobustData(NamedTuple):
+    """Validated arguments: ``base`` (the RVM's data: likelihood constants, ARD groups, a, b),
+    c, d the Gamma prior of every omega_n, and e0, f0 the prior of gamma (regression)."""
+
+    base: RVMData
+    c: jax.Array
+    d: jax.Array
+    e0: jax.Array
+    f0: jax.Array
+
+    @property
+    def Phi(self):
+        return self.base.lik.Phi
+
+    @property
+    def t(self):
+        return self.base.lik.t
+
+
+def _scalar(name, value):
+    return jnp.asarray(check_positive(name, value), dtype=jnp.float64)
+
+
+def _prepare(lik_factory, Phi, t, binary, a, b, c, d, e0, f0):
+    if t is None:
+        what = "labels (0 or 1)" if binary else "targets"
+        raise ValueError(f"`t` is required to fit the model; pass the observed {what}.")
+    Phi, t = check_design(Phi, t, binary=binary)
+    base = _rvm_data(lik_factory(Phi, t), None, a, b)
+    return RobustData(base, _scalar("c", c), _scalar("d", d), _scalar("e0", e0), _scalar("f0", f0))
+
+
+def _omega_terms(shape, rate, data: RobustData):
+    """E[ln p(omega)] + H[q(omega)] = -KL(q(omega) || p(omega)), summed over the points."""
+    e_omega = expfam.gamma_mean(shape, rate)
+    e_log_omega = expfam.gamma_mean_log(shape, rate)
+    return jnp.sum(expfam.gamma_expected_log_density(data.c, data.d, e_omega, e_log_omega)) + jnp.sum(
+        expfam.gamma_entropy(shape, rate)
+    )
+
+
+def _make_guide(has_gamma):
+    def build(state):
+        mean = state.w.mean
+        scale_tril = jnp.linalg.cholesky(G.full_covariance(state.w))
+
+        def guide(Phi, t=None, **hyper):
+            numpyro.sample("alpha", dist.Gamma(state.alpha_shape, state.alpha_rate).to_event(1))
+            numpyro.sample("w", dist.MultivariateNormal(mean, scale_tril=scale_tril))
+            if has_gamma:
+                numpyro.sample("gamma", dist.Gamma(state.gamma_shape, state.gamma_rate))
+            with numpyro.plate("data", jnp.shape(Phi)[0]):
+                numpyro.sample("omega", dist.Gamma(state.omega_shape, state.omega_rate))
+
+        return guide
+
+    return build
+
+
+def _omega_mean(state):
+    return expfam.gamma_mean(state.omega_shape, state.omega_rate)
+
+
+# ----------------------------------------------------------------------------------------------
+# Classification (the paper's model)
+# ----------------------------------------------------------------------------------------------
+class ClassificationState(NamedTuple):
+    """w: q(w); alpha_shape, alpha_rate (M,); omega_shape, omega_rate (N,); xi (N,)."""
+
+    w: G.ActiveGaussian
+    alpha_shape: jax.Array
+    alpha_rate: jax.Array
+    omega_shape: jax.Array
+    omega_rate: jax.Array
+    xi: jax.Array
+
+
+def _classification_prepare(Phi, t=None, *, a=1e-5, b=1e-5, c=DEFAULT_R, d=DEFAULT_R):
+    return _prepare(L.prepare_bernoulli, Phi, t, True, a, b, c, d, 1.0, 1.0)
+
+
+def _classification_init(data: RobustData) -> ClassificationState:
+    N, M = data.Phi.shape
+    return ClassificationState(
+        w=G.init_active_gaussian(M, L.jj_rank(data.base.lik)),
+        alpha_shape=jnp.full((M,), data.base.a0),
+        alpha_rate=jnp.full((M,), data.base.b0),
+        omega_shape=jnp.full((N,), data.c),
+        omega_rate=jnp.full((N,), data.d),
+        xi=jnp.ones(N),
+    )
+
+
+def _classification_update(state: ClassificationState, data: RobustData) -> ClassificationState:
+    lik = data.base.lik
+    # q(w): (10)-(11), the JJ update with each point weighted by E[omega_n]
+    w = L.jj_update_w(state.w, _prior_precision(state, data.base), state.xi, lik, weights=_omega_mean(state))
+    # q(alpha): (12)-(13)
+    alpha_shape, alpha_rate = _update_alpha(state, data.base, G.second_moments(w))
+    # q(omega): c~ = c, d~_n = d - E[ln h(w, xi_n)]  (14)-(15), with the new q(w) and the current xi
+    omega_rate = data.d - L.jj_pointwise(w, state.xi, lik)
+    # xi: (16)
+    xi = L.jj_update_xi(w, lik)
+    return ClassificationState(w, alpha_shape, alpha_rate, jnp.full_like(omega_rate, data.c), omega_rate, xi)
+
+
+def _classification_elbo(state: ClassificationState, data: RobustData):
+    """The bound (17): sum_n E[omega_n] E[ln h(w, xi_n)] + prior and entropy terms."""
+    return (
+        L.jj_elbo_terms(state.w, state.xi, data.base.lik, weights=_omega_mean(state))
+        + _alpha_terms(state, data.base, G.second_moments(state.w))
+        + _omega_terms(state.omega_shape, state.omega_rate, data)
+    )
+
+
+def _classification_elbo_exact(state: ClassificationState, data: RobustData):
+    """The ELBO of q itself: sum_n E[omega_n] E_q[ln sigma(s_n phi_n^T w)] by quadrature."""
+    return (
+        L.bernoulli_exact_terms(state.w, data.base.lik, weights=_omega_mean(state))
+        + _alpha_terms(state, data.base, G.second_moments(state.w))
+        + _omega_terms(state.omega_shape, state.omega_rate, data)
+    )
+
+
+def _classification_relevance(state: ClassificationState, data: RobustData):
+    return _prior_precision(state, data.base), L.jj_data_precision(state.xi, data.base.lik, _omega_mean(state))
+
+
+def _classification_predict(state: ClassificationState, data: RobustData, Phi_new):
+    """P(t = 1 | t_train) = E_q[sigma(phi^T w)], shape (N_new,), by quadrature (unweighted)."""
+    mean, var = G.linear_moments(state.w, _check_new_design(Phi_new, data.base))
+    return expected_sigmoid(mean, var)
+
+
+def _extras(state, data):
+    return {"outlier_score": _omega_mean(state)}
+
+
+CLASSIFICATION_GUIDE = ClosedFormGuide(
+    prepare=_classification_prepare,
+    init=_classification_init,
+    update=_classification_update,
+    elbo=_classification_elbo,
+    guide=_make_guide(has_gamma=False),
+    predict=_classification_predict,
+    relevance=_classification_relevance,
+    elbo_exact=_classification_elbo_exact,
+    bound="jaakkola-jordan",
+    extras=_extras,
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# Regression (Student-t noise by Gamma-scaled precisions)
+# ----------------------------------------------------------------------------------------------
+class RegressionState(NamedTuple):
+    """w: q(w); alpha_shape, alpha_rate (M,); omega_shape, omega_rate (N,); gamma_shape,
+    gamma_rate ()."""
+
+    w: G.ActiveGaussian
+    alpha_shape: jax.Array
+    alpha_rate: jax.Array
+    omega_shape: jax.Array
+    omega_rate: jax.Array
+    gamma_shape: jax.Array
+    gamma_rate: jax.Array
+
+
+def _regression_prepare(Phi, t=None, *, a=1e-6, b=1e-6, c=2.0, d=2.0, e0=1e-6, f0=1e-6):
+    return _prepare(_Observed, Phi, t, False, a, b, c, d, e0, f0)
+
+
+def _regression_init(data: RobustData) -> RegressionState:
+    N, M = data.Phi.shape
+    return RegressionState(
+        w=G.init_active_gaussian(M, L.diagonal_rank(data.Phi)),
+        alpha_shape=jnp.full((M,), data.base.a0),
+        alpha_rate=jnp.full((M,), data.base.b0),
+        omega_shape=jnp.full((N,), data.c),
+        omega_rate=jnp.full((N,), data.d),
+        gamma_shape=data.e0,
+        gamma_rate=data.f0,
+    )
+
+
+def _square_errors(w, data):
+    """E[r_n^2] = (t_n - phi_n^T mu)^2 + phi_n^T Sigma phi_n, shape (N,)."""
+    mean, var = G.linear_moments(w, data.Phi)
+    return (data.t - mean) ** 2 + var
+
+
+def _regression_update(state: RegressionState, data: RobustData) -> RegressionState:
+    e_gamma = expfam.gamma_mean(state.gamma_shape, state.gamma_rate)
+    weights = e_gamma * _omega_mean(state)
+    w = L.weighted_update_w(state.w, _prior_precision(state, data.base), weights, weights * data.t, data.Phi)
+    alpha_shape, alpha_rate = _update_alpha(state, data.base, G.second_moments(w))
+    sq = _square_errors(w, data)
+    omega_shape = jnp.full_like(sq, data.c + 0.5)
+    omega_rate = data.d + 0.5 * e_gamma * sq
+    e_omega = expfam.gamma_mean(omega_shape, omega_rate)
+    gamma_shape = data.e0 + 0.5 * sq.shape[0]
+    gamma_rate = data.f0 + 0.5 * jnp.sum(e_omega * sq)
+    return RegressionState(w, alpha_shape, alpha_rate, omega_shape, omega_rate, gamma_shape, gamma_rate)
+
+
+def _regression_elbo(state: RegressionState, data: RobustData):
+    """E[ln p(t | w, gamma, omega)] + E[ln p(w|alpha)] + E[ln p(alpha)] + E[ln p(omega)]
+    + E[ln p(gamma)] + H[q], every term exact."""
+    e_gamma = expfam.gamma_mean(state.gamma_shape, state.gamma_rate)
+    e_log_gamma = expfam.gamma_mean_log(state.gamma_shape, state.gamma_rate)
+    e_omega = _omega_mean(state)
+    e_log_omega = expfam.gamma_mean_log(state.omega_shape, state.omega_rate)
+    log_lik = jnp.sum(expfam.normal_expected_log_density(0.0, 0.0, e_log_gamma + e_log_omega)) - 0.5 * e_gamma * jnp.sum(
+        e_omega * _square_errors(state.w, data)
+    )
+    gamma_terms = expfam.gamma_expected_log_density(data.e0, data.f0, e_gamma, e_log_gamma) + expfam.gamma_entropy(
+        state.gamma_shape, state.gamma_rate
+    )
+    return (
+        log_lik
+        + gamma_terms
+        + _alpha_terms(state, data.base, G.second_moments(state.w))
+        + _omega_terms(state.omega_shape, state.omega_rate, data)
+    )
+
+
+def _regression_relevance(state: RegressionState, data: RobustData):
+    weights = expfam.gamma_mean(state.gamma_shape, state.gamma_rate) * _omega_mean(state)
+    return _prior_precision(state, data.base), (data.Phi**2).T @ weights
+
+
+def _regression_predict(state: RegressionState, data: RobustData, Phi_new):
+    """Predictive mean Phi_new mu and the variance phi^T Sigma phi + E[1/(gamma omega)] of a new
+    observation whose weight is drawn from the prior (E[1/omega] = d/(c-1) for c > 1; for c <= 1
+    the predictive variance is infinite)."""
+    mean, var = G.linear_moments(state.w, _check_new_design(Phi_new, data.base))
+    e_inv_gamma = state.gamma_rate / (state.gamma_shape - 1.0)
+    e_inv_omega = jnp.where(data.c > 1.0, data.d / (data.c - 1.0), jnp.inf)
+    return mean, var + e_inv_gamma * e_inv_omega
+
+
+REGRESSION_GUIDE = ClosedFormGuide(
+    prepare=_regression_prepare,
+    init=_regression_init,
+    update=_regression_update,
+    elbo=_regression_elbo,
+    guide=_make_guide(has_gamma=True),
+    predict=_regression_predict,
+    relevance=_regression_relevance,
+    elbo_exact=None,
+    bound="none",
+    extras=_extras,
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# NumPyro programs
+# ----------------------------------------------------------------------------------------------
+@closed_form_guide(CLASSIFICATION_GUIDE)
+def classification(Phi, t=None, *, a=1e-5, b=1e-5, c=DEFAULT_R, d=DEFAULT_R):
+    """Robust RVM classification (Hwang & Jeong 2015, eq. (3), (6)).
+
+    Parameters
+    ----------
+    Phi : (N, M) design matrix (include a bias column yourself, e.g. ``basis.rbf(..., bias=True)``).
+    t : (N,) labels in {0, 1}, or None (labels drawn from the unweighted Bernoulli).
+    a, b : Gamma(shape, rate) prior of each precision alpha_k (paper: 1e-5, non-informative).
+    c, d : Gamma(shape, rate) prior of each point weight omega_n; c = d keeps every E[omega_n]
+        in [0, 1] (Proposition 2), the paper's choice is c = d = 2 - ln 2 (section 3.2).
+
+    Sites: ``alpha`` (M,), ``w`` (M,), ``omega`` (N,), ``t`` (N,) (scaled by ``omega``).
+    """
+    N, M = jnp.shape(Phi)
+    _, w = _ard_prior(M, a, b, None)
+    with numpyro.plate("data", N):
+        omega = numpyro.sample("omega", dist.Gamma(c, d))
+        with numpyro.handlers.scale(scale=omega):
+            numpyro.sample("t", dist.Bernoulli(logits=Phi @ w), obs=t)
+
+
+@closed_form_guide(REGRESSION_GUIDE)
+def regression(Phi, t=None, *, a=1e-6, b=1e-6, c=2.0, d=2.0, e0=1e-6, f0=1e-6):
+    """Robust RVM regression: t_n ~ N(phi_n^T w, 1/(gamma omega_n)), omega_n ~ Gamma(c, d).
+
+    Integrating omega_n out gives Student-t noise (nu = 2c degrees of freedom when c = d), so
+    gross outliers get small E[omega_n] (``result.outlier_score``) instead of pulling the fit.
+    ``a, b`` the precision prior, ``e0, f0`` the noise-precision prior, as for the RVM.
+
+    Sites: ``alpha`` (M,), ``w`` (M,), ``gamma`` (), ``omega`` (N,), ``t`` (N,).
+    """
+    N, M = jnp.shape(Phi)
+    _, w = _ard_prior(M, a, b, None)
+    gamma = numpyro.sample("gamma", dist.Gamma(e0, f0))
+    with numpyro.plate("data", N):
+        omega = numpyro.sample("omega", dist.Gamma(c, d))
+        numpyro.sample("t", dist.Normal(Phi @ w, jax.lax.rsqrt(gamma * omega)), obs=t)
+
+
+# ----------------------------------------------------------------------------------------------
+# Helpers
+# ----------------------------------------------------------------------------------------------
+def outlier_score(result) -> np.ndarray:
+    """E[omega_n] of every training point under q: the weight its likelihood term gets (small:
+    treated as an outlier). The same as ``result.outlier_score``."""
+    return np.asarray(_omega_mean(result.state))
+
+
+def weighted_loss(u, r=DEFAULT_R):
+    """The weighted logistic loss r l(u) / (r + l(u)) of section 3.2, l(u) = ln(1 + e^-u) at
+    margin u = (2t - 1) f: what a point costs once its weight E[omega] ~ r / (r + l(u)) is
+    plugged in (Fig. 2). Bounded by r (Proposition 1)."""
+    loss = np.logaddexp(0.0, -np.asarray(u, dtype=float))
+    return r * loss / (r + loss)
