@@ -6,6 +6,10 @@
   (section 2.3.3), regenerated from its recipe, used in the grid RVM paper (section 6.1).
 * :func:`digits_table`: scikit-learn's bundled 8 x 8 handwritten digits as pixel tables for a
   two-class problem (needs the ``sklearn`` extra).
+* :func:`biopsy`: the original Wisconsin breast cancer data (MASS ``biopsy``, 683 complete rows;
+  ``data/README.md`` gives the source).
+* :func:`split_with_label_noise`: the robust RVM paper's protocol: a random 60/40 split with a
+  share of the training labels flipped (used with :func:`ripley_pooled` and :func:`biopsy_data`).
 """
 from __future__ import annotations
 
@@ -14,7 +18,21 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Dataset", "sinc", "ripley", "mixture", "mixture_bayes_error", "mixture_centres", "digits_table", "standardize"]
+__all__ = [
+    "Dataset",
+    "sinc",
+    "ripley",
+    "ripley_pooled",
+    "mixture",
+    "mixture_bayes_error",
+    "mixture_centres",
+    "digits_table",
+    "biopsy",
+    "biopsy_data",
+    "flip_labels",
+    "split_with_label_noise",
+    "standardize",
+]
 
 
 class Dataset(NamedTuple):
@@ -161,3 +179,66 @@ def ripley() -> Dataset:
     X, t = _read_ripley("ripley_synth_train.txt")
     X_test, t_test = _read_ripley("ripley_synth_test.txt")
     return Dataset(X, t, X_test, t_test, "Ripley (1996) synthetic two-class data")
+
+
+def ripley_pooled():
+    """Ripley's 250 training and 1000 test points pooled: (X (1250, 2), t (1250,)), labels 0/1
+    (the robust RVM paper splits all of them 60/40 at random)."""
+    d = ripley()
+    return np.vstack([d.X_train, d.X_test]), np.concatenate([d.t_train, d.t_test])
+
+
+def biopsy_data():
+    """The original Wisconsin breast cancer data (MASS ``biopsy``): the 683 rows without missing
+    values, X (683, 9) the nine cytological scores (integers 1-10), t = 1 for malignant (239)
+    and 0 for benign (444). Not scikit-learn's 569-row diagnostic set."""
+    import csv
+
+    text = resources.files("ppl_sbl").joinpath("data", "biopsy.csv").read_text()
+    rows = list(csv.DictReader(text.splitlines()))
+    keep = [r for r in rows if all(r[f"V{i}"] != "" for i in range(1, 10))]
+    X = np.array([[float(r[f"V{i}"]) for i in range(1, 10)] for r in keep])
+    t = np.array([1.0 if r["class"] == "malignant" else 0.0 for r in keep])
+    return X, t
+
+
+def flip_labels(t, share, rng):
+    """A copy of the 0/1 labels ``t`` with round(share * N) of them, chosen at random, flipped;
+    returns (flipped labels, indices flipped)."""
+    if not 0.0 <= float(share) <= 1.0:
+        raise ValueError(f"`label_noise` must be a share in [0, 1]; got {share}.")
+    t = np.asarray(t, dtype=float).copy()
+    idx = rng.choice(len(t), int(round(float(share) * len(t))), replace=False)
+    t[idx] = 1.0 - t[idx]
+    return t, np.sort(idx)
+
+
+def split_with_label_noise(X, t, *, test_fraction=0.4, label_noise=0.0, normalize=True, seed=0, name="data",
+                           return_flipped=False):
+    """The robust RVM paper's protocol (section 4.2): a random split into training (60%) and
+    test (40%) sets, then ``label_noise`` of the training labels flipped at random (the test
+    labels stay clean). ``normalize`` standardises every input with the training mean and
+    standard deviation. With ``return_flipped`` also the indices (into the training set) of
+    the flipped labels: ``(dataset, flipped)``."""
+    X, t = np.asarray(X, dtype=float), np.asarray(t, dtype=float)
+    if not 0.0 < float(test_fraction) < 1.0:
+        raise ValueError(f"`test_fraction` must lie in (0, 1); got {test_fraction}.")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(t))
+    n_test = int(round(float(test_fraction) * len(t)))
+    test, train = order[:n_test], order[n_test:]
+    t_train, flipped = flip_labels(t[train], label_noise, rng)
+    X_train, X_test = X[train], X[test]
+    if normalize:
+        X_train, X_test = standardize(X_train, X_test)
+    data = Dataset(X_train, t_train, X_test, t[test],
+                   f"{name}: random {1 - test_fraction:.0%}/{test_fraction:.0%} split (seed {seed}), "
+                   f"{len(flipped)} training labels flipped")
+    return (data, flipped) if return_flipped else data
+
+
+def biopsy(*, test_fraction=0.4, label_noise=0.0, normalize=True, seed=0) -> Dataset:
+    """:func:`biopsy_data` split as in the robust RVM paper (:func:`split_with_label_noise`)."""
+    X, t = biopsy_data()
+    return split_with_label_noise(X, t, test_fraction=test_fraction, label_noise=label_noise,
+                                  normalize=normalize, seed=seed, name="Wisconsin breast cancer (MASS biopsy)")

@@ -331,3 +331,40 @@ def test_weighted_loss_is_bounded_by_r_and_steepest_at_the_boundary():
     assert abs(u[np.argmax(-slope)]) < 0.02
     other = robust_rvm.weighted_loss(u, r=1.0)
     assert abs(u[np.argmax(-np.gradient(other, u))]) > 0.1
+
+
+# ---------------------------------------------------------------------------------------------
+# Data and command line
+# ---------------------------------------------------------------------------------------------
+def test_biopsy_is_the_original_683_row_wisconsin_set():
+    X, t = ppl_sbl.datasets.biopsy_data()
+    assert X.shape == (683, 9)
+    assert int(t.sum()) == 239 and int((t == 0).sum()) == 444  # malignant / benign after removing 16 rows
+    assert X.min() == 1 and X.max() == 10 and np.all(X == np.round(X))
+
+
+@pytest.mark.parametrize("share", [0.0, 0.05, 0.1])
+def test_split_flips_exactly_the_stated_share_of_training_labels(share):
+    X, t = ppl_sbl.datasets.ripley_pooled()
+    assert X.shape == (1250, 2)
+    d = ppl_sbl.datasets.split_with_label_noise(X, t, label_noise=share, normalize=False, seed=3)
+    assert len(d.t_train) == 750 and len(d.t_test) == 500
+    # recover the clean training labels by matching the rows back to the pooled set
+    rows = {tuple(x): y for x, y in zip(X, t)}
+    clean = np.array([rows[tuple(x)] for x in d.X_train])
+    assert int(np.sum(clean != d.t_train)) == round(share * 750)
+    assert all(rows[tuple(x)] == y for x, y in zip(d.X_test, d.t_test))  # test labels stay clean
+
+
+def test_cli_ranks_rvm_and_robust_rvm_with_label_noise(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "ripley", "--label-noise", "0.1",
+                          "--max-sweeps", "300"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for text in ("rvm (ARD)", "robust rvm", "25 training labels flipped", "test error rate"):
+        assert text in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "sinc", "--label-noise", "0.1"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert bad.returncode == 2 and "--label-noise" in bad.stderr
