@@ -376,14 +376,15 @@ def fit_grid(model, designs, *args, names=None, tol=1e-9, max_sweeps=20000, guid
     and stopping sweep) and return ``{name: CAVIResult}``, ready for :func:`ppl_sbl.compare`.
 
     Typical use: the same model on a grid of kernel widths (one design matrix per width, all of
-    the same shape), picked by ELBO without cross-validation. ``names`` defaults to
-    ``"0", "1", ...``. On a CPU the batch runs one lane after the other inside each sweep and
-    every lane runs until the slowest has converged; on a GPU the lanes run side by side.
+    the same shape), picked by ELBO without cross-validation. ``names`` (the keys of the result,
+    e.g. the widths themselves) default to ``0, 1, ...``. On a CPU the batch runs one lane after
+    the other inside each sweep and every lane runs until the slowest has converged; on a GPU
+    the lanes run side by side.
     """
     designs = list(designs)
     if not designs:
         raise ValueError("`designs` is empty; pass a list of design matrices of one shape.")
-    names = [str(i) for i in range(len(designs))] if names is None else [str(n) for n in names]
+    names = list(range(len(designs))) if names is None else list(names)
     if len(names) != len(designs):
         raise ValueError(f"`names` has {len(names)} entries for {len(designs)} designs.")
     spec = find_guide(model, guide)
@@ -430,6 +431,9 @@ class CAVIResult:
     converged, num_sweeps, state, seconds
     prune_events : list of (sweep, number of active coefficients after pruning at that sweep),
         for the prunes that were kept
+
+    Models may add summaries of the fitted state as further attributes (``ClosedFormGuide.extras``),
+    e.g. ``result.outlier_score`` of the robust RVM.
     """
 
     model: Callable
