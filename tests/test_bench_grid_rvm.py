@@ -3,26 +3,18 @@
 No timing is asserted (the benchmark's numbers depend on the machine); only the structure of
 the record and the plausibility of the fits.
 """
-import json
 import math
-import os
-import subprocess
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "bench", "grid_rvm.py")
+from scripts import run_script
+
 MODELS = ("p", "s", "rvm")
 
 
 def test_grid_rvm_bench_quick(tmp_path):
-    out = tmp_path / "x.json"
-    proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--out", str(out)], capture_output=True, text=True,
-                          timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc, record = run_script("bench/grid_rvm.py", "--quick", "--out", tmp_path / "x.json", record=tmp_path / "x.json")
     assert "Per sweep at the full size M" in proc.stdout
     assert "To convergence" in proc.stdout
 
-    record = json.loads(out.read_text())
     assert record["partial"] is False
     assert record["args"]["quick"] is True
     assert isinstance(record["goal_met"], bool)

@@ -1,18 +1,13 @@
 """The grid RVM experiment script (bench/grid_rvm_experiments.py) runs end to end in quick mode."""
-import json
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from scripts import run_script
 
 pytest.importorskip("matplotlib")
 pytest.importorskip("sklearn")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "bench", "grid_rvm_experiments.py")
 FIGURES = ["grid_rvm_sinc_rmse", "grid_rvm_sinc_relevant", "grid_rvm_mixture_error", "grid_rvm_digits_error",
            "grid_rvm_digits_relevance"]
 METRICS = {
@@ -25,11 +20,9 @@ METRICS = {
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("grid_experiments")
-    proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--out-dir", str(out)], capture_output=True,
-                          text=True, timeout=900, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    with open(out / "grid_rvm_experiments_quick.json") as fh:
-        return out, json.load(fh), proc.stdout
+    proc, record = run_script("bench/grid_rvm_experiments.py", "--quick", "--out-dir", out,
+                              record=out / "grid_rvm_experiments_quick.json")
+    return out, record, proc.stdout
 
 
 def test_record_has_every_experiment_with_finite_numbers(quick_run):

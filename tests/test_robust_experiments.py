@@ -1,28 +1,21 @@
 """The robust RVM experiment script (bench/robust_rvm_experiments.py) runs end to end in quick mode."""
-import json
 import math
-import os
-import subprocess
-import sys
 
 import pytest
+from scripts import run_script
 
 pytest.importorskip("matplotlib")
 pytest.importorskip("sklearn")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "bench", "robust_rvm_experiments.py")
 FIGURES = ["robust_rvm_weighted_loss", "robust_rvm_boundaries", "robust_rvm_sensitivity"]
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("robust_experiments")
-    proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--out-dir", str(out)], capture_output=True,
-                          text=True, timeout=900, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    with open(out / "robust_rvm_experiments_quick.json") as fh:
-        return out, json.load(fh), proc.stdout
+    proc, record = run_script("bench/robust_rvm_experiments.py", "--quick", "--out-dir", out,
+                              record=out / "robust_rvm_experiments_quick.json")
+    return out, record, proc.stdout
 
 
 def test_record_has_every_table_with_finite_numbers(quick_run):
