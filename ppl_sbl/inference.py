@@ -370,16 +370,40 @@ def _stack(datas):
 _GRID_FITS = {}
 
 
-def fit_grid(model, designs, *args, names=None, tol=1e-9, max_sweeps=20000, guide=None, **kwargs) -> dict:
+def _batched_map(fn, stacked, n, batch_size):
+    """``jax.lax.map(fn, stacked, batch_size=batch_size)`` written out with explicit shapes (the
+    library version infers a -1 dimension, which fails for leaves with a zero-size axis)."""
+    if batch_size >= n:
+        return jax.vmap(fn)(stacked)
+    if batch_size == 1:
+        return jax.lax.map(fn, stacked)
+    full = (n // batch_size) * batch_size
+    head = jax.tree.map(lambda x: x[:full].reshape((n // batch_size, batch_size) + x.shape[1:]), stacked)
+    out = jax.lax.map(jax.vmap(fn), head)
+    out = jax.tree.map(lambda x: x.reshape((full,) + x.shape[2:]), out)
+    if full < n:
+        tail = jax.vmap(fn)(jax.tree.map(lambda x: x[full:], stacked))
+        out = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), out, tail)
+    return out
+
+
+def fit_grid(model, designs, *args, names=None, tol=1e-9, max_sweeps=20000, batch_size=None, guide=None,
+             **kwargs) -> dict:
     """Fit ``model(design, *args, **kwargs)`` for every design in ``designs`` in one jitted,
-    vmapped call (:func:`fit` under ``jax.vmap``: no pruning; every fit keeps its own ELBO trace
-    and stopping sweep) and return ``{name: CAVIResult}``, ready for :func:`ppl_sbl.compare`.
+    vmapped call (:func:`fit` under ``jax.vmap``/``jax.lax.map``: no pruning; every fit keeps its
+    own ELBO trace and stopping sweep) and return ``{name: CAVIResult}``, ready for
+    :func:`ppl_sbl.compare`.
 
     Typical use: the same model on a grid of kernel widths (one design matrix per width, all of
     the same shape), picked by ELBO without cross-validation. ``names`` (the keys of the result,
-    e.g. the widths themselves) default to ``0, 1, ...``. On a CPU the batch runs one lane after
-    the other inside each sweep and every lane runs until the slowest has converged; on a GPU
-    the lanes run side by side.
+    e.g. the widths themselves) default to ``0, 1, ...``.
+
+    ``batch_size``: how many fits run side by side (``jax.lax.map`` with ``batch_size``: the
+    fits are vmapped in batches of this size, the batches run one after the other, all inside
+    one compiled call). ``None`` (default): all of them on an accelerator (GPU, TPU), where the
+    lanes run in parallel, and 1 on a CPU, where a vmapped sweep runs its lanes one after the
+    other anyway, every lane would wait for the slowest to converge, and XLA's CPU code for
+    batched triangular solves is slower than its LAPACK calls for single matrices.
     """
     designs = list(designs)
     if not designs:
@@ -394,9 +418,15 @@ def fit_grid(model, designs, *args, names=None, tol=1e-9, max_sweeps=20000, guid
         raise ValueError("the designs select different guides; fit them one by one.")
     datas = [_strong(g.prepare(x, *args, **kwargs)) for x in designs]
     stacked = _stack(datas)
-    key = (id(g), float(tol), int(max_sweeps))
+    if batch_size is None:
+        batch_size = 1 if jax.default_backend() == "cpu" else len(designs)
+    batch_size = max(1, min(int(batch_size), len(designs)))
+    key = (id(g), float(tol), int(max_sweeps), batch_size)
     if key not in _GRID_FITS:
-        _GRID_FITS[key] = (g, jax.jit(jax.vmap(lambda d: _fit_loop(g, d, tol, max_sweeps, None, record=True))))
+        def one(d):
+            return _fit_loop(g, d, tol, max_sweeps, None, record=True)
+
+        _GRID_FITS[key] = (g, jax.jit(lambda stacked: _batched_map(one, stacked, len(designs), batch_size)))
     start = time.perf_counter()
     states, _, sweeps, converged, traces = jax.block_until_ready(_GRID_FITS[key][1](stacked))
     seconds = time.perf_counter() - start
