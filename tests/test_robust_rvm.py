@@ -288,12 +288,16 @@ def test_robust_regression_resists_gross_outliers_on_sinc():
     assert set(np.argsort(robust.outlier_score)[:10]) == set(bad)
 
 
-def test_fit_grid_equals_one_by_one_fits():
+@pytest.mark.parametrize("batch_size", [None, 2, 3])
+def test_fit_grid_equals_one_by_one_fits(batch_size):
+    """Whatever the batching (one at a time, a vmapped batch of 2 plus a remainder, all three
+    vmapped), every fit equals its own CAVI run sweep for sweep."""
     d = ppl_sbl.datasets.ripley()
     X, t = d.X_train[:80], d.t_train[:80]
     widths = [0.5, 2.0, 8.0]
     designs = [ppl_sbl.basis.rbf(X, delta=w, bias=True) for w in widths]
-    grid = ppl_sbl.fit_grid(robust_rvm.classification, designs, t, names=widths, tol=1e-8, max_sweeps=3000)
+    grid = ppl_sbl.fit_grid(robust_rvm.classification, designs, t, names=widths, tol=1e-8, max_sweeps=3000,
+                            batch_size=batch_size)
     assert list(grid) == widths
     for w, Phi in zip(widths, designs):
         one = ppl_sbl.CAVI(robust_rvm.classification, tol=1e-8, max_sweeps=3000, prune=False,
