@@ -73,6 +73,7 @@ from ppl_sbl.inference import ClosedFormGuide, closed_form_guide
 from ppl_sbl.validation import check_design, check_positive
 
 from .rvm import RVMData, _alpha_terms, _ard_prior, _check_new_design, _prior_precision, _rvm_data, _update_alpha
+from .rvm import _make_guide as _rvm_make_guide
 
 __all__ = [
     "classification",
@@ -140,22 +141,13 @@ def _omega_terms(shape, rate, data: RobustData):
     )
 
 
+def _omega_sites(state, Phi):
+    with numpyro.plate("data", jnp.shape(Phi)[0]):
+        numpyro.sample("omega", dist.Gamma(state.omega_shape, state.omega_rate))
+
+
 def _make_guide(has_gamma):
-    def build(state):
-        mean = state.w.mean
-        scale_tril = jnp.linalg.cholesky(G.full_covariance(state.w))
-
-        def guide(Phi, t=None, **hyper):
-            numpyro.sample("alpha", dist.Gamma(state.alpha_shape, state.alpha_rate).to_event(1))
-            numpyro.sample("w", dist.MultivariateNormal(mean, scale_tril=scale_tril))
-            if has_gamma:
-                numpyro.sample("gamma", dist.Gamma(state.gamma_shape, state.gamma_rate))
-            with numpyro.plate("data", jnp.shape(Phi)[0]):
-                numpyro.sample("omega", dist.Gamma(state.omega_shape, state.omega_rate))
-
-        return guide
-
-    return build
+    return _rvm_make_guide(has_gamma, extra_sites=_omega_sites)
 
 
 def _omega_mean(state):

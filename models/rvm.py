@@ -116,7 +116,10 @@ def _prior_precision(state, data):
     return expfam.gamma_mean(state.alpha_shape, state.alpha_rate)[data.groups]
 
 
-def _make_guide(has_gamma):
+def _make_guide(has_gamma, extra_sites=None):
+    """guide(state) for the ARD family: q(alpha) q(w) (q(gamma)), and ``extra_sites(state, Phi)``
+    for the factors a derived model adds (e.g. the robust RVM's q(omega))."""
+
     def build(state):
         mean = state.w.mean
         scale_tril = jnp.linalg.cholesky(G.full_covariance(state.w))
@@ -126,6 +129,8 @@ def _make_guide(has_gamma):
             numpyro.sample("w", dist.MultivariateNormal(mean, scale_tril=scale_tril))
             if has_gamma:
                 numpyro.sample("gamma", dist.Gamma(state.gamma_shape, state.gamma_rate))
+            if extra_sites is not None:
+                extra_sites(state, Phi)
 
         return guide
 
