@@ -43,6 +43,7 @@ Usage::
     python bench/robust_rvm_experiments.py --quick --out-dir /tmp/rrvm
     python bench/robust_rvm_experiments.py --repeats 50 | tee bench/results/robust_rvm_experiments.log
     python bench/robust_rvm_experiments.py --only biopsy --repeats 10
+    python bench/robust_rvm_experiments.py --first-repeat 3 --repeats 5 --pool-with bench/results/robust_rvm_experiments.json
 """
 from __future__ import annotations
 
@@ -383,6 +384,11 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="smoke run: 200-point subsamples, 2 repetitions, 3 widths, 300 sweeps, no pruning")
     p.add_argument("--repeats", type=int, default=10, help="repetitions per (data set, perc) (paper: 50; default 10)")
+    p.add_argument("--first-repeat", type=int, default=0,
+                   help="seed of the first repetition (repetition r uses seed r); with --pool-with, runs can be "
+                        "added to an earlier record (default 0)")
+    p.add_argument("--pool-with", default=None, metavar="JSON",
+                   help="an earlier record of this script: its runs with other seeds are pooled into the tables")
     p.add_argument("--only", nargs="+", choices=["ripley", "biopsy"], default=None)
     p.add_argument("--deltas", type=float, nargs="+", default=[0.1, 0.2, 0.5, 1.0, 2.0, 5.0],
                    help="RBF widths delta on standardised inputs (default 0.1 0.2 0.5 1 2 5)")
@@ -427,12 +433,16 @@ def main(argv=None):
     rrvm_hyper = {}
     rvm_hyper = {"a0": 1e-5, "b0": 1e-5}
     last = {}
+    pooled = {}
+    if args.pool_with:
+        with open(args.pool_with) as f:
+            pooled = json.load(f)["results"]
     for name in args.only or list(plan):
         X, t = load(name, quick_size=200 if args.quick else None)
         record["results"][name] = {}
         for perc in plan[name]:
             runs = []
-            for rep in range(args.repeats):
+            for rep in range(args.first_repeat, args.first_repeat + args.repeats):
                 d, flipped_train = ppl_sbl.datasets.split_with_label_noise(X, t, label_noise=perc, seed=rep, name=name,
                                                                            return_flipped=True)
                 svm_rec, svc = run_svm(d, args.deltas, args.Cs, rep)
@@ -450,9 +460,14 @@ def main(argv=None):
                     f"RRVM {rr_rec['ERR']:.2f} (delta {rr_rec['delta']:g})"
                     + (f"; RRVM score flipped {rr_rec['mean_score_flipped']:.2f} vs clean {rr_rec['mean_score_clean']:.2f}"
                        if "mean_score_flipped" in rr_rec else ""))
-                if name == "ripley" and rep == 0:
+                if name == "ripley" and rep == args.first_repeat:
                     last[perc] = (d, {"SVM": (svc, svm_rec["delta"]), "RVM": (rvm_fit, rvm_rec["delta"]),
                                       "RRVM": (rr_fit, rr_rec["delta"])}, flipped_train, svm_rec["C"])
+            seeds = {r["seed"] for r in runs}
+            earlier = [r for r in pooled.get(name, {}).get(str(perc), {}).get("runs", []) if r["seed"] not in seeds]
+            if earlier:
+                log(f"  pooled with {len(earlier)} runs of {args.pool_with} (seeds {sorted(r['seed'] for r in earlier)})")
+            runs = sorted(earlier + runs, key=lambda r: r["seed"])
             summary = summarise(runs)
             record["results"][name][str(perc)] = {"runs": runs, "summary": summary}
             print_table(name, perc, summary, len(runs))

@@ -1,0 +1,776 @@
+"""Sequential sparse Bayesian learning (Faul & Pilikos; Tipping & Faul 2003).
+
+The model, over the active set a of a dictionary D (N samples x M candidate functions)::
+
+    c_m ~ N(0, 1/alpha_m)  for m in a,     y_n ~ N(d_n^T c, sigma^2),
+
+with the precisions alpha (alpha_m = inf: function m is out of the program) and optionally the
+noise variance sigma^2 set by type-II maximum likelihood: they maximise the log marginal likelihood
+
+    L = log N(y | 0, C),  C = sigma^2 I + D_a A^-1 D_a^T                       (section 2)
+
+The posterior q(c) = N(mu, Sigma), Sigma = (A + D_a^T D_a / sigma^2)^-1, mu = Sigma D_a^T y /
+sigma^2, is exact given alpha, so the ELBO of :func:`model` and :func:`guide` equals L for every
+draw (``result.check_guide()`` confirms it against NumPyro's ``Trace_ELBO``).
+
+:func:`fit` is the fast marginal likelihood maximisation of Tipping & Faul (2003): in terms of
+the sparsity and quality factors S_m = d_m^T C^-1 d_m and Q_m = d_m^T C^-1 y (and s_m = alpha_m
+S_m / (alpha_m - S_m), q_m = alpha_m Q_m / (alpha_m - S_m) for active m; s = S, q = Q otherwise)
+the best alpha_m given the rest is s_m^2 / (q_m^2 - s_m) where q_m^2 > s_m, and inf otherwise.
+Each step makes the single move (add m, re-estimate alpha_m, or delete m) with the largest
+exact gain in L; Sigma, mu, S and Q follow by rank-one updates (T&F 2003, appendix), never by
+refactorising C. :func:`add_sample` takes a new sample (section 3 and the appendix of Faul &
+Pilikos), :func:`add_basis` new candidate functions, :func:`expected_delta_L` the expected change
+of L at a point not yet sampled (section 4), the uncertainty map of the image experiment.
+
+Notation: ``D`` the design matrix (or a :class:`ppl_sbl.basis.Dictionary` over P points of which
+the samples are ``rows``), ``y`` the samples, ``noise_var`` = sigma^2, ``beta`` = 1 / sigma^2,
+``active`` the indices of the functions in the model (in the order of ``mu`` and ``Sigma``).
+
+Misprints in the paper (each formula here is checked against a direct computation in the tests):
+in the appendix's updates of S and Q the factor inside the brackets is 1/sigma^2, not
+1/sigma*^2; in section 4, sigma-bar is a variance that the formula uses as a standard deviation,
+and log 1/sqrt(2 pi sigma*) means log 1/(sqrt(2 pi) sigma*).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import time
+from typing import Any, Optional
+
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+
+from ppl_sbl import basis as _basis
+from ppl_sbl.validation import check_positive
+
+LOG_2PI = math.log(2.0 * math.pi)
+
+__all__ = [
+    "model",
+    "guide",
+    "fit",
+    "resume",
+    "add_sample",
+    "add_basis",
+    "predict",
+    "expected_delta_L",
+    "neighbour_statistics",
+    "augmented_variance",
+    "log_marginal_likelihood",
+    "SBLState",
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# The NumPyro program and its exact guide
+# ----------------------------------------------------------------------------------------------
+def model(D_active, y=None, *, alpha, noise_var):
+    """y ~ N(D_a c, sigma^2 I), c_m ~ N(0, 1 / alpha_m) over the active functions only.
+
+    ``D_active`` (N, K): the active columns of the design matrix; ``alpha`` (K,) their precisions
+    and ``noise_var`` = sigma^2, both fixed (type-II maximum likelihood parameters, not sites).
+    """
+    D_active = np.asarray(D_active, dtype=np.float64)
+    alpha = np.asarray(alpha, dtype=np.float64)
+    c = numpyro.sample("c", dist.Normal(0.0, 1.0 / np.sqrt(alpha)).to_event(1))
+    with numpyro.plate("data", D_active.shape[0]):
+        numpyro.sample("y", dist.Normal(D_active @ c, math.sqrt(noise_var)), obs=y)
+
+
+def guide(D_active, y=None, *, alpha, noise_var, mu, Sigma):
+    """q(c) = N(mu, Sigma), the exact posterior given alpha and sigma^2."""
+    numpyro.sample("c", dist.MultivariateNormal(np.asarray(mu), covariance_matrix=np.asarray(Sigma)))
+
+
+# ----------------------------------------------------------------------------------------------
+# State
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class SBLState:
+    """The state of the sequential SBL: everything :func:`fit`, :func:`add_sample` and
+    :func:`add_basis` need to go on, and the fitted model.
+
+    Attributes
+    ----------
+    dictionary : ppl_sbl.basis.Dictionary
+        The candidate functions at P points (for a plain design matrix, P = N and the points are
+        the samples).
+    rows : (N,) int
+        The point of each sample (-1: a sample added by value, see ``extra_rows``).
+    y : (N,)
+    extra_rows : (E, M) array
+        Dictionary rows of the samples added by value (``rows == -1``, in order).
+    noise_var : float
+    active : (K,) int
+        The functions in the model, in the order of ``mu`` and ``Sigma``.
+    alpha : (M,)
+        Precisions; inf for the functions out of the model.
+    mu, Sigma : (K,), (K, K)
+        The posterior of the active coefficients.
+    S, Q : (M,)
+        Sparsity and quality factors d_m^T C^-1 d_m and d_m^T C^-1 y of every function.
+    log_marginal_likelihood : float
+        L for the current alpha and sigma^2 (exact: recomputed from Sigma at the end of a fit).
+    trace : list of float
+        L after every move (the first entry: the model with no function).
+    moves : list of (str, int)
+        ("add" | "update" | "delete" | "noise", function index or -1).
+    converged : bool
+    """
+
+    dictionary: Any
+    rows: np.ndarray
+    y: np.ndarray
+    extra_rows: np.ndarray
+    noise_var: float
+    active: np.ndarray
+    alpha: np.ndarray
+    mu: np.ndarray
+    Sigma: np.ndarray
+    S: np.ndarray
+    Q: np.ndarray
+    log_marginal_likelihood: float
+    trace: list
+    moves: list
+    converged: bool = False
+    seconds: float = 0.0
+    # cached statistics: D^T y, sum of y^2, weighted squared column norms
+    Dty: Optional[np.ndarray] = None
+    yty: float = 0.0
+    counts: Optional[np.ndarray] = None
+
+    # the shared result interface (``compare``, ``check_guide``) ------------------------------
+    @property
+    def num_samples(self):
+        return len(self.y)
+
+    @property
+    def elbo(self):
+        """The ELBO of the exact guide: the log marginal likelihood."""
+        return self.log_marginal_likelihood
+
+    @property
+    def elbo_exact(self):
+        return None
+
+    bound = "none"
+
+    @property
+    def relevant(self):
+        return np.isfinite(self.alpha)
+
+    @property
+    def effective_parameters(self):
+        """sum_k 1 - alpha_k Sigma_kk (well-determined parameters)."""
+        return float(np.sum(1.0 - self.alpha[self.active] * np.diag(self.Sigma)))
+
+    @property
+    def elbo_trace(self):
+        return np.asarray(self.trace)
+
+    @property
+    def model(self):
+        return model
+
+    @property
+    def guide(self):
+        """:func:`guide` with this state's mu and Sigma."""
+        return functools.partial(guide, mu=self.mu, Sigma=self.Sigma)
+
+    @property
+    def args(self):
+        return (design_rows(self, np.arange(self.num_samples))[:, self.active], self.y)
+
+    @property
+    def kwargs(self):
+        return {"alpha": self.alpha[self.active], "noise_var": self.noise_var}
+
+    def check_guide(self, num_particles=100, seed=0, rtol=1e-8):
+        """:func:`ppl_sbl.check_guide`: NumPyro's Monte Carlo ``Trace_ELBO`` of :func:`model` and
+        :func:`guide` against L. Every draw gives L exactly (the guide is the exact posterior), so
+        they must agree to ``rtol`` relative."""
+        from ppl_sbl.diagnostics import check_guide
+
+        return check_guide(self, num_particles=num_particles, seed=seed, rtol=rtol)
+
+    def predict(self, rows):
+        """Predictive mean and variance at dictionary points or rows, eq. (1)."""
+        return predict(self, rows)
+
+
+# ----------------------------------------------------------------------------------------------
+# Rows of the design matrix, products with it over the samples
+# ----------------------------------------------------------------------------------------------
+def _point_rows(state, rows):
+    """Dense dictionary rows for ``rows``: int point indices or an (k, M) array of rows."""
+    rows = np.asarray(rows)
+    if rows.dtype.kind in "iu":
+        return state.dictionary.rows(rows.reshape(-1))
+    rows = np.asarray(rows, dtype=np.float64)
+    if rows.ndim == 1:
+        rows = rows[None, :]
+    if rows.shape[1] != state.dictionary.shape[1]:
+        raise ValueError(f"`rows` must have one entry per dictionary function ({state.dictionary.shape[1]}); "
+                         f"got rows of length {rows.shape[1]}.")
+    return rows
+
+
+def design_rows(state, samples):
+    """Dense rows of the design matrix (samples x M) for the given sample indices."""
+    samples = np.asarray(samples, dtype=np.int64)
+    out = np.empty((len(samples), state.dictionary.shape[1]))
+    pts = state.rows[samples]
+    by_point = pts >= 0
+    if by_point.any():
+        out[by_point] = state.dictionary.rows(pts[by_point])
+    if (~by_point).any():
+        extra_index = np.cumsum(state.rows < 0) - 1
+        out[~by_point] = state.extra_rows[extra_index[samples[~by_point]]]
+    return out
+
+
+class _Design:
+    """The design matrix over the samples, D[n, m] = d_m(x_n), through the dictionary."""
+
+    def __init__(self, dictionary, rows, extra_rows):
+        self.dictionary = dictionary
+        self.rows = np.asarray(rows, dtype=np.int64)
+        self.by_point = self.rows >= 0
+        self.point_rows = self.rows[self.by_point]
+        self.extra = np.asarray(extra_rows, dtype=np.float64).reshape(-1, dictionary.shape[1])
+        self.n = len(self.rows)
+
+    def matvec(self, x):
+        """D x over the samples, (N,)."""
+        out = np.empty(self.n)
+        if self.by_point.any():
+            out[self.by_point] = self.dictionary.matvec(x)[self.point_rows]
+        if len(self.extra):
+            out[~self.by_point] = self.extra @ x
+        return out
+
+    def rmatvec(self, v):
+        """D^T v, (M,)."""
+        full = np.zeros(self.dictionary.shape[0])
+        np.add.at(full, self.point_rows, v[self.by_point])
+        out = self.dictionary.rmatvec(full)
+        if len(self.extra):
+            out = out + self.extra.T @ v[~self.by_point]
+        return out
+
+    def active_matvec(self, active, z):
+        """D_a z over the samples for coefficients z of the functions ``active``."""
+        x = np.zeros(self.dictionary.shape[1])
+        np.add.at(x, active, z)
+        return self.matvec(x)
+
+    def counts(self):
+        c = np.bincount(self.point_rows, minlength=self.dictionary.shape[0]).astype(np.float64)
+        return c
+
+    def sq_norms(self):
+        out = self.dictionary.weighted_sq_norms(self.counts())
+        if len(self.extra):
+            out = out + np.sum(self.extra**2, axis=0)
+        return out
+
+
+def _design(state):
+    return _Design(state.dictionary, state.rows, state.extra_rows)
+
+
+# ----------------------------------------------------------------------------------------------
+# The gains of the three moves (Tipping & Faul 2003)
+# ----------------------------------------------------------------------------------------------
+def _small_factors(alpha, S, Q):
+    """s_m, q_m: S and Q with function m's own contribution taken out (T&F eq. 23-24)."""
+    finite = np.isfinite(alpha)
+    a = np.where(finite, alpha, 1.0)
+    denom = np.where(finite, a - S, 1.0)
+    s = np.where(finite, a * S / denom, S)
+    q = np.where(finite, a * Q / denom, Q)
+    return s, q
+
+
+def _gains(alpha, S, Q):
+    """The exact change of L and the new alpha of the best move for every function.
+
+    add (alpha_m = inf, q^2 > s):  dL = ((Q^2 - S) / S + ln(S / Q^2)) / 2
+    re-estimate (finite -> finite): dL = (Q^2 / (S + 1 / (1/a_new - 1/a)) - ln(1 + S (1/a_new - 1/a))) / 2
+    delete (finite, q^2 <= s):      dL = (Q^2 / (S - alpha) - ln(1 - S / alpha)) / 2
+    """
+    s, q = _small_factors(alpha, S, Q)
+    theta = q**2 - s
+    finite = np.isfinite(alpha)
+    useful = theta > 0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        new = np.where(useful, s**2 / np.where(useful, theta, 1.0), np.inf)
+        gain = np.full(alpha.shape, -np.inf)
+        add = ~finite & useful
+        ratio = Q[add] ** 2 / S[add]
+        gain[add] = 0.5 * (ratio - 1.0 - np.log(ratio))
+        upd = finite & useful
+        d = 1.0 / new[upd] - 1.0 / alpha[upd]
+        gain[upd] = 0.5 * (Q[upd] ** 2 * d / (1.0 + S[upd] * d) - np.log1p(S[upd] * d))
+        dele = finite & ~useful
+        gain[dele] = 0.5 * (Q[dele] ** 2 / (S[dele] - alpha[dele]) - np.log1p(-S[dele] / alpha[dele]))
+    return gain, new
+
+
+# ----------------------------------------------------------------------------------------------
+# Rank-one moves on a mutable workspace
+# ----------------------------------------------------------------------------------------------
+class _Work:
+    """Mutable buffers for a run of moves; ``state()`` hands out an immutable copy."""
+
+    def __init__(self, st: SBLState, keep_cross=False):
+        self.st = st
+        self.design = _design(st)
+        self.beta = 1.0 / st.noise_var
+        self.active = list(int(m) for m in st.active)
+        self.pos = {m: k for k, m in enumerate(self.active)}
+        self.alpha = st.alpha.copy()
+        self.mu = st.mu.copy()
+        self.Sigma = st.Sigma.copy()
+        self.S = st.S.copy()
+        self.Q = st.Q.copy()
+        self.L = st.log_marginal_likelihood
+        self.trace = list(st.trace)
+        self.moves = list(st.moves)
+        self.noise_var = st.noise_var
+        self.sq_norms = None
+        self.keep_cross = keep_cross
+        self.cross = None  # D^T D_a (M, K), kept only to re-estimate the noise
+        if keep_cross:
+            self.cross = np.empty((st.dictionary.shape[1], len(self.active)))
+            for k, m in enumerate(self.active):
+                self.cross[:, k] = self.design.rmatvec(self._column(m))
+
+    def _column(self, m):
+        e = np.zeros(self.st.dictionary.shape[1])
+        e[m] = 1.0
+        return self.design.matvec(e)
+
+    def _u(self, z):
+        """beta D^T D_a z (M,): the change of the statistics along the coefficient direction z."""
+        return self.beta * self.design.rmatvec(self.design.active_matvec(np.asarray(self.active), z))
+
+    # the three moves -------------------------------------------------------------------------
+    def add(self, i, alpha_i):
+        phi = self._column(i)
+        g = self.design.rmatvec(phi)  # D^T phi_i (M,), its active part D_a^T phi_i
+        s_ii = 1.0 / (alpha_i + self.S[i])
+        mu_i = s_ii * self.Q[i]
+        K = len(self.active)
+        if K:
+            a = np.asarray(self.active)
+            w = self.beta * (self.Sigma @ g[a])  # beta Sigma D_a^T phi_i
+            e = self.beta * g - self.beta * self._u(self.Sigma @ g[a])  # beta phi_m^T (I - beta D_a Sigma D_a^T) phi_i
+            Sigma = np.empty((K + 1, K + 1))
+            Sigma[:K, :K] = self.Sigma + s_ii * np.outer(w, w)
+            Sigma[:K, K] = Sigma[K, :K] = -s_ii * w
+            Sigma[K, K] = s_ii
+            self.mu = np.append(self.mu - mu_i * w, mu_i)
+            self.Sigma = Sigma
+        else:
+            e = self.beta * g
+            self.Sigma = np.array([[s_ii]])
+            self.mu = np.array([mu_i])
+        self.S = self.S - s_ii * e**2
+        self.Q = self.Q - mu_i * e
+        self.active.append(int(i))
+        self.pos[int(i)] = K
+        self.alpha[i] = alpha_i
+        if self.keep_cross:
+            self.cross = np.column_stack([self.cross, g])
+
+    def update(self, j_fn, alpha_new):
+        j = self.pos[j_fn]
+        col = self.Sigma[:, j].copy()
+        kappa = 1.0 / (self.Sigma[j, j] + 1.0 / (alpha_new - self.alpha[j_fn]))
+        mu_j = self.mu[j]
+        u = self._u(col)
+        self.Sigma = self.Sigma - kappa * np.outer(col, col)
+        self.mu = self.mu - kappa * mu_j * col
+        self.S = self.S + kappa * u**2
+        self.Q = self.Q + kappa * mu_j * u
+        self.alpha[j_fn] = alpha_new
+
+    def delete(self, j_fn):
+        j = self.pos[j_fn]
+        col = self.Sigma[:, j].copy()
+        s_jj = self.Sigma[j, j]
+        mu_j = self.mu[j]
+        u = self._u(col)
+        Sigma = self.Sigma - np.outer(col, col) / s_jj
+        mu = self.mu - mu_j / s_jj * col
+        keep = np.arange(len(self.active)) != j
+        self.Sigma = Sigma[np.ix_(keep, keep)]
+        self.mu = mu[keep]
+        self.S = self.S + u**2 / s_jj
+        self.Q = self.Q + mu_j / s_jj * u
+        self.active.pop(j)
+        self.pos = {m: k for k, m in enumerate(self.active)}
+        self.alpha[j_fn] = np.inf
+        if self.keep_cross:
+            self.cross = self.cross[:, keep]
+
+    # the noise variance ----------------------------------------------------------------------
+    def _posterior(self, noise_var):
+        """Sigma, mu, log|Sigma| and L at noise_var with alpha fixed (O(K^3), from D^T D_a)."""
+        a = np.asarray(self.active, dtype=np.int64)
+        beta = 1.0 / noise_var
+        N = self.design.n
+        if len(a) == 0:
+            L = -0.5 * (N * LOG_2PI + N * math.log(noise_var) + beta * self.st.yty)
+            return np.zeros((0, 0)), np.zeros(0), L
+        G = self.cross[a]
+        P = np.diag(self.alpha[a]) + beta * G
+        chol = np.linalg.cholesky(P)
+        inv_chol = np.linalg.solve(chol, np.eye(len(a)))
+        Sigma = inv_chol.T @ inv_chol
+        mu = beta * Sigma @ self.st.Dty[a]
+        log_det_sigma = -2.0 * np.sum(np.log(np.diag(chol)))
+        L = -0.5 * (N * LOG_2PI + N * math.log(noise_var) - np.sum(np.log(self.alpha[a])) - log_det_sigma
+                    + beta * (self.st.yty - self.st.Dty[a] @ mu))
+        return Sigma, mu, L
+
+    def reestimate_noise(self, max_halvings=30):
+        """sigma^2 = ||y - D_a mu||^2 / (N - K + sum_k alpha_k Sigma_kk) (T&F eq. 33), kept only
+        where it does not lower L; otherwise the largest step towards it (halving) that does not."""
+        a = np.asarray(self.active, dtype=np.int64)
+        N = self.design.n
+        resid = self.st.y - self.design.active_matvec(a, self.mu) if len(a) else self.st.y
+        dof = N - len(a) + float(np.sum(self.alpha[a] * np.diag(self.Sigma))) if len(a) else N
+        proposal = float(resid @ resid) / max(dof, 1e-12)
+        old = self.noise_var
+        if not np.isfinite(proposal) or proposal <= 0 or abs(proposal - old) <= 1e-15 * old:
+            return False
+        step = 1.0
+        for _ in range(max_halvings):
+            value = old + step * (proposal - old)
+            Sigma, mu, L = self._posterior(value)
+            if L >= self.L:
+                self._set_noise(value, Sigma, mu, L)
+                return True
+            step /= 2.0
+        return False
+
+    def _set_noise(self, noise_var, Sigma, mu, L):
+        """Full statistics at a new noise variance (O(M K^2))."""
+        self.noise_var = noise_var
+        self.beta = 1.0 / noise_var
+        self.Sigma, self.mu, self.L = Sigma, mu, L
+        if self.sq_norms is None:
+            self.sq_norms = self.design.sq_norms()
+        B = self.cross
+        if B.shape[1]:
+            BS = B @ Sigma
+            self.S = self.beta * self.sq_norms - self.beta**2 * np.sum(BS * B, axis=1)
+            self.Q = self.beta * self.st.Dty - self.beta**2 * BS @ self.st.Dty[np.asarray(self.active)]
+        else:
+            self.S = self.beta * self.sq_norms
+            self.Q = self.beta * self.st.Dty
+
+    def state(self, *, converged, seconds, exact=True):
+        a = np.asarray(self.active, dtype=np.int64)
+        st = dataclasses.replace(
+            self.st, noise_var=float(self.noise_var), active=a, alpha=self.alpha.copy(), mu=self.mu.copy(),
+            Sigma=self.Sigma.copy(), S=self.S.copy(), Q=self.Q.copy(), log_marginal_likelihood=float(self.L),
+            trace=list(self.trace), moves=list(self.moves), converged=bool(converged), seconds=float(seconds))
+        if exact:
+            st.log_marginal_likelihood = log_marginal_likelihood(st)
+        return st
+
+
+# ----------------------------------------------------------------------------------------------
+# Public functions
+# ----------------------------------------------------------------------------------------------
+def _check_samples(D, y, rows):
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    if not np.all(np.isfinite(y)):
+        raise ValueError("`y` contains NaN or infinite values (for an image: pass only the observed pixels, "
+                         "with their indices as `rows`).")
+    if rows is None:
+        if D.shape[0] != len(y):
+            raise ValueError(f"`D` has {D.shape[0]} rows but `y` has {len(y)} entries; pass one row per sample "
+                             "(or a dictionary over all points and the sampled points as `rows`).")
+        rows = np.arange(len(y))
+    else:
+        rows = np.asarray(rows)
+        if rows.dtype.kind not in "iu" or rows.ndim != 1 or len(rows) != len(y):
+            raise ValueError(f"`rows` must be {len(y)} integer point indices, one per entry of `y`.")
+        if len(rows) and (rows.min() < 0 or rows.max() >= D.shape[0]):
+            raise ValueError(f"`rows` must index the dictionary's {D.shape[0]} points.")
+    return y, rows.astype(np.int64)
+
+
+def _initial_state(D, y, rows, noise_var):
+    design = _Design(D, rows, np.zeros((0, D.shape[1])))
+    beta = 1.0 / noise_var
+    Dty = design.rmatvec(y)
+    norms = design.sq_norms()
+    yty = float(y @ y)
+    N = len(y)
+    L = -0.5 * (N * LOG_2PI + N * math.log(noise_var) + beta * yty)
+    M = D.shape[1]
+    return SBLState(dictionary=D, rows=rows, y=y, extra_rows=np.zeros((0, M)), noise_var=float(noise_var),
+                    active=np.zeros(0, np.int64), alpha=np.full(M, np.inf), mu=np.zeros(0), Sigma=np.zeros((0, 0)),
+                    S=beta * norms, Q=beta * Dty, log_marginal_likelihood=L, trace=[L], moves=[], Dty=Dty, yty=yty)
+
+
+def fit(D, y, *, noise_var, update_noise=False, tol=1e-13, max_steps=100000, rows=None, progress_bar=None):
+    """Fast marginal likelihood maximisation (Tipping & Faul 2003), a deterministic path.
+
+    Parameters
+    ----------
+    D : (N, M) array, ``scipy.sparse`` matrix or :class:`ppl_sbl.basis.Dictionary`
+        The design matrix; or a dictionary over P points of which ``rows`` were sampled.
+    y : (N,)
+    noise_var : float
+        sigma^2 (the starting value with ``update_noise``).
+    update_noise : bool
+        Re-estimate sigma^2 after every move (T&F eq. 33), keeping the new value only where it
+        does not lower L (otherwise the largest step towards it, by halving, that does not).
+        This keeps D^T D_a (M x K) and costs O(M K^2) per move.
+    tol : float
+        Stop when the largest gain of a move is at most ``tol * max(1, |L|)``.
+    rows : (N,) int, optional
+        The points of ``D`` at which y was sampled (default: row n of D for sample n).
+
+    Returns
+    -------
+    SBLState
+        The start is the model with no function; the first move adds the function with the
+        largest (d_m^T y)^2 / ||d_m||^2 (the best single add). Then every step makes the add,
+        re-estimate or delete with the largest exact gain in L.
+    """
+    D = _basis.as_dictionary(D)
+    check_positive("noise_var", noise_var)
+    y, rows = _check_samples(D, y, rows)
+    state = _initial_state(D, y, rows, float(noise_var))
+    return resume(state, update_noise=update_noise, tol=tol, max_steps=max_steps, progress_bar=progress_bar)
+
+
+def resume(state: SBLState, *, update_noise=False, tol=1e-13, max_steps=100000, progress_bar=None):
+    """Go on maximising L from ``state`` (after :func:`add_sample` or :func:`add_basis`)."""
+    start = time.perf_counter()
+    work = _Work(state, keep_cross=update_noise)
+    if update_noise:
+        work.sq_norms = work.design.sq_norms()
+    bar = _bar(progress_bar, max_steps)
+    converged = False
+    for step in range(int(max_steps)):
+        gain, new = _gains(work.alpha, work.S, work.Q)
+        m = int(np.argmax(gain))
+        best = float(gain[m])
+        if not (best > tol * max(1.0, abs(work.L))):
+            converged = True
+            break
+        if not np.isfinite(work.alpha[m]):
+            work.add(m, new[m])
+            kind = "add"
+        elif np.isfinite(new[m]):
+            work.update(m, new[m])
+            kind = "update"
+        else:
+            work.delete(m)
+            kind = "delete"
+        work.L += best
+        work.trace.append(work.L)
+        work.moves.append((kind, m))
+        if update_noise and work.reestimate_noise():
+            work.trace.append(work.L)
+            work.moves.append(("noise", -1))
+        if bar is not None and step % 50 == 0:
+            bar.update(50 if step else 0)
+            bar.set_postfix(L=f"{work.L:.4f}", active=len(work.active))
+    if bar is not None:
+        bar.close()
+    return work.state(converged=converged, seconds=time.perf_counter() - start)
+
+
+def _bar(progress_bar, total):
+    if not progress_bar:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="sequential SBL", leave=False)
+
+
+def log_marginal_likelihood(state: SBLState, alpha=None, noise_var=None):
+    """L = log N(y | 0, sigma^2 I + D_a A^-1 D_a^T) computed directly in O(N K^2 + K^3) (from
+    the active columns, never an N x N matrix), for the state's or the given alpha, sigma^2."""
+    alpha = state.alpha if alpha is None else np.asarray(alpha, dtype=np.float64)
+    noise_var = state.noise_var if noise_var is None else float(noise_var)
+    a = np.flatnonzero(np.isfinite(alpha))
+    N = len(state.y)
+    beta = 1.0 / noise_var
+    if len(a) == 0:
+        return float(-0.5 * (N * LOG_2PI + N * math.log(noise_var) + beta * state.y @ state.y))
+    Da = design_rows(state, np.arange(N))[:, a]
+    P = np.diag(alpha[a]) + beta * Da.T @ Da
+    chol = np.linalg.cholesky(P)
+    b = np.linalg.solve(chol, beta * Da.T @ state.y)
+    return float(-0.5 * (N * LOG_2PI + N * math.log(noise_var) - np.sum(np.log(alpha[a]))
+                         + 2.0 * np.sum(np.log(np.diag(chol))) + beta * state.y @ state.y - b @ b))
+
+
+def predict(state: SBLState, rows):
+    """The predictive N(m*, sigma*^2) of eq. (1) at dictionary points (int indices) or rows
+    ((k, M) array): m* = d_a^T mu, sigma*^2 = sigma^2 + d_a^T Sigma d_a. Returns (mean, var)."""
+    R = _point_rows(state, rows)[:, state.active]
+    mean = R @ state.mu
+    var = state.noise_var + np.sum((R @ state.Sigma) * R, axis=1)
+    return mean, var
+
+
+def add_sample(state: SBLState, d_row, y_new):
+    """A new sample (section 3 and the appendix): rank-one updates of Sigma, mu, S and Q with
+    alpha and sigma^2 unchanged. Returns ``(state, delta_L)`` with delta_L = log N(y_new | m*,
+    sigma*^2), the log predictive density of the new value (the exact change of L).
+
+    ``d_row``: the new sample's dictionary row (length M), or the index of a dictionary point.
+    Continue with :func:`resume` to re-optimise alpha.
+    """
+    y_new = float(y_new)
+    if not math.isfinite(y_new):
+        raise ValueError("`y_new` must be finite.")
+    by_point = np.ndim(d_row) == 0 and np.asarray(d_row).dtype.kind in "iu"
+    if by_point:
+        p = int(d_row)
+        if not 0 <= p < state.dictionary.shape[0]:
+            raise ValueError(f"`d_row` = {p} is not a point of the dictionary (0 .. {state.dictionary.shape[0] - 1}).")
+        row = state.dictionary.rows([p])[0]
+    else:
+        row = np.asarray(d_row, dtype=np.float64).reshape(-1)
+        if row.shape[0] != state.dictionary.shape[1]:
+            raise ValueError(f"`d_row` must have one entry per dictionary function ({state.dictionary.shape[1]}); "
+                             f"got {row.shape[0]}.")
+        if not np.all(np.isfinite(row)):
+            raise ValueError("`d_row` contains NaN or infinite values.")
+    a = state.active
+    beta = 1.0 / state.noise_var
+    da = row[a]
+    Sd = state.Sigma @ da
+    m_star = float(da @ state.mu)
+    var_star = state.noise_var + float(da @ Sd)
+    delta_L = -0.5 * (LOG_2PI + math.log(var_star) + (y_new - m_star) ** 2 / var_star)
+    # beta d_*^T Sigma D^T d_m for every m (over the old samples), then the bracket of the appendix
+    design = _design(state)
+    proj = beta * design.rmatvec(design.active_matvec(a, Sd)) if len(a) else np.zeros_like(state.S)
+    err = proj - row
+    S = state.S + err**2 / var_star
+    Q = state.Q + err * (m_star - y_new) / var_star
+    Sigma = state.Sigma - np.outer(Sd, Sd) / var_star
+    mu = state.mu - (m_star - y_new) / var_star * Sd
+    new = dataclasses.replace(
+        state,
+        rows=np.append(state.rows, p if by_point else -1),
+        y=np.append(state.y, y_new),
+        extra_rows=state.extra_rows if by_point else np.vstack([state.extra_rows, row]),
+        mu=mu, Sigma=Sigma, S=S, Q=Q,
+        log_marginal_likelihood=state.log_marginal_likelihood + delta_L,
+        trace=state.trace + [state.log_marginal_likelihood + delta_L],
+        moves=state.moves + [("sample", p if by_point else -1)],
+        converged=False,
+        Dty=state.Dty + row * y_new,
+        yty=state.yty + y_new**2,
+    )
+    return new, float(delta_L)
+
+
+def add_basis(state: SBLState, new_columns):
+    """New candidate functions join the dictionary (out of the model, alpha = inf): their S and
+    Q are computed at the current alpha and sigma^2, so :func:`resume` can add them.
+
+    ``new_columns``: a :class:`ppl_sbl.basis.Dictionary` or array over the same P points as the
+    state's dictionary, (P, k).
+    """
+    new = _basis.as_dictionary(new_columns)
+    if new.shape[0] != state.dictionary.shape[0]:
+        raise ValueError(f"`new_columns` must be evaluated at the dictionary's {state.dictionary.shape[0]} points; "
+                         f"got {new.shape[0]}.")
+    if (state.rows < 0).any():
+        raise ValueError("the state has samples added by value (add_sample with a row), whose values of the new "
+                         "functions are unknown; add those samples by point index instead.")
+    k = new.shape[1]
+    sub = _Design(new, state.rows, np.zeros((0, k)))
+    beta = 1.0 / state.noise_var
+    Dty_new = sub.rmatvec(state.y)
+    norms = sub.sq_norms()
+    S_new, Q_new = beta * norms, beta * Dty_new
+    a = state.active
+    if len(a):
+        # S_m = beta ||phi_m||^2 - beta^2 phi_m^T D_a Sigma D_a^T phi_m; same for Q with y
+        old = _design(state)
+        Da = np.column_stack([old.matvec(np.eye(1, state.dictionary.shape[1], m).ravel()) for m in a])
+        cross = np.column_stack([sub.rmatvec(Da[:, k_]) for k_ in range(len(a))])  # (k, K)
+        CS = cross @ state.Sigma
+        S_new = S_new - beta**2 * np.sum(CS * cross, axis=1)
+        Q_new = Q_new - beta**2 * CS @ state.Dty[a]
+    dictionary = _basis.StackedDictionary([state.dictionary, new])
+    return dataclasses.replace(
+        state, dictionary=dictionary,
+        extra_rows=np.zeros((0, dictionary.shape[1])),
+        alpha=np.append(state.alpha, np.full(k, np.inf)), S=np.append(state.S, S_new), Q=np.append(state.Q, Q_new),
+        Dty=np.append(state.Dty, Dty_new), converged=False)
+
+
+def expected_delta_L(state: SBLState, rows, neighbour_means, neighbour_vars):
+    """E[delta L] at points not sampled yet (section 4): with y* ~ N(m_bar, v_bar) estimated from
+    the neighbours (v_bar a variance) and the predictive N(m*, sigma*^2),
+
+        E[delta L] = -log(sqrt(2 pi) sigma*) - (v_bar + (m_bar - m*)^2) / (2 sigma*^2).
+    """
+    m_star, var_star = predict(state, rows)
+    m_bar = np.asarray(neighbour_means, dtype=np.float64)
+    v_bar = np.asarray(neighbour_vars, dtype=np.float64)
+    if np.any(v_bar < 0):
+        raise ValueError("`neighbour_vars` are variances and must be >= 0.")
+    return -0.5 * (LOG_2PI + np.log(var_star)) - (v_bar + (m_bar - m_star) ** 2) / (2.0 * var_star)
+
+
+def neighbour_statistics(query, samples, values, k=8):
+    """Mean and variance of the values of the ``k`` nearest samples of every query point
+    (``k=None``: all samples), the set S of section 4. ``query`` (n, d), ``samples`` (N, d)."""
+    query = np.asarray(query, dtype=np.float64).reshape(len(query), -1)
+    samples = np.asarray(samples, dtype=np.float64).reshape(len(samples), -1)
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    if k is None or k >= len(values):
+        return np.full(len(query), values.mean()), np.full(len(query), values.var())
+    from scipy.spatial import cKDTree
+
+    _, idx = cKDTree(samples).query(query, k=int(k))
+    idx = idx.reshape(len(query), -1)
+    return values[idx].mean(axis=1), values[idx].var(axis=1)
+
+
+def augmented_variance(state: SBLState, rows, new_functions, alpha_new):
+    """The predictive variance after a function centred at each query point joins the model
+    with precision ``alpha_new`` (Rasmussen & Quinonero-Candela 2005, the paper's Fig. 5e):
+    sigma*^2 + e^2 / (alpha_new + S_new), e = phi_new(x*) - beta d_a^T Sigma D_a^T phi_new.
+
+    ``new_functions(p)`` returns the new function's values at all P points for query point p.
+    """
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+    _, var = predict(state, rows)
+    design = _design(state)
+    beta = 1.0 / state.noise_var
+    a = state.active
+    R = state.dictionary.rows(rows)[:, a]
+    out = np.empty(len(rows))
+    Da = np.column_stack([design.matvec(np.eye(1, state.dictionary.shape[1], m).ravel()) for m in a]) if len(a) \
+        else np.zeros((design.n, 0))
+    for k, p in enumerate(rows):
+        f = np.asarray(new_functions(p), dtype=np.float64)
+        phi = f[design.rows]
+        proj = Da.T @ phi
+        S_new = beta * phi @ phi - beta**2 * proj @ state.Sigma @ proj
+        e = f[p] - beta * R[k] @ state.Sigma @ proj
+        out[k] = var[k] + e**2 / (alpha_new + S_new)
+    return out

@@ -1,0 +1,245 @@
+"""Sequential SBL (Faul & Pilikos; Tipping & Faul 2003) against direct N x N computations."""
+import math
+
+import numpy as np
+import pytest
+
+from ppl_sbl import basis
+from ppl_sbl.models import sequential_sbl as ss
+
+
+def problem(seed, N=50, M=35, noise=0.3):
+    rng = np.random.default_rng(seed)
+    D = rng.normal(size=(N, M))
+    c = np.zeros(M)
+    c[rng.choice(M, 4, replace=False)] = rng.normal(scale=2.0, size=4)
+    return D, D @ c + noise * rng.normal(size=N), rng
+
+
+def direct_L(D, y, alpha, noise_var):
+    """log N(y | 0, sigma^2 I + D_a A^-1 D_a^T) with the N x N matrix."""
+    a = np.isfinite(alpha)
+    C = noise_var * np.eye(len(y)) + (D[:, a] / alpha[a]) @ D[:, a].T
+    _, logdet = np.linalg.slogdet(C)
+    return -0.5 * (len(y) * math.log(2 * math.pi) + logdet + y @ np.linalg.solve(C, y)), C
+
+
+def direct_SQ(D, y, C):
+    Ci = np.linalg.inv(C)
+    return np.einsum("nm,nk,km->m", D, Ci, D), D.T @ Ci @ y
+
+
+def direct_posterior(D, y, alpha, noise_var):
+    a = np.flatnonzero(np.isfinite(alpha))
+    Sigma = np.linalg.inv(np.diag(alpha[a]) + D[:, a].T @ D[:, a] / noise_var)
+    return a, Sigma, Sigma @ D[:, a].T @ y / noise_var
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("update_noise", [False, True])
+def test_fit_never_decreases_and_equals_direct(seed, update_noise):
+    D, y, _ = problem(seed)
+    st = ss.fit(D, y, noise_var=0.5 if update_noise else 0.1, update_noise=update_noise)
+    assert st.converged
+    assert np.all(np.diff(st.trace) >= -1e-10 * max(1.0, abs(st.trace[-1])))
+    L, C = direct_L(D, y, st.alpha, st.noise_var)
+    assert st.log_marginal_likelihood == pytest.approx(L, rel=1e-10, abs=1e-9)
+    # the accumulated gains land on the same value: every move's gain was exact
+    assert st.trace[-1] == pytest.approx(L, rel=1e-9, abs=1e-8)
+    S, Q = direct_SQ(D, y, C)
+    np.testing.assert_allclose(st.S, S, rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(st.Q, Q, rtol=1e-8, atol=1e-9)
+    a, Sigma, mu = direct_posterior(D, y, st.alpha, st.noise_var)
+    order = np.argsort(st.active)
+    assert np.array_equal(np.sort(st.active), a)
+    np.testing.assert_allclose(st.Sigma[np.ix_(order, order)], Sigma, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(st.mu[order], mu, rtol=1e-8, atol=1e-10)
+    if update_noise:
+        assert any(kind == "noise" for kind, _ in st.moves)
+        assert st.noise_var != 0.5
+
+
+def test_first_move_and_gains_are_exact():
+    D, y, rng = problem(7)
+    beta = 1 / 0.1
+    st = ss.fit(D, y, noise_var=0.1, max_steps=1)
+    proj = (D.T @ y) ** 2 / np.sum(D**2, axis=0)
+    assert st.moves[0] == ("add", int(np.argmax(proj)))
+    # at a random configuration, the gain of each function's best move against two direct L's
+    alpha = np.full(D.shape[1], np.inf)
+    alpha[rng.choice(D.shape[1], 6, replace=False)] = rng.uniform(0.1, 5.0, size=6)
+    L0, C = direct_L(D, y, alpha, 0.1)
+    S, Q = direct_SQ(D, y, C)
+    gain, new = ss._gains(alpha, S, Q)
+    for m in range(D.shape[1]):
+        if not np.isfinite(gain[m]):
+            continue
+        changed = alpha.copy()
+        changed[m] = new[m]
+        assert gain[m] == pytest.approx(direct_L(D, y, changed, 0.1)[0] - L0, rel=1e-8, abs=1e-9)
+    # the new alpha maximises L along alpha_m
+    m = int(np.argmax(gain))
+    for factor in (0.9, 1.1):
+        moved = alpha.copy()
+        moved[m] = new[m] * factor
+        changed = alpha.copy()
+        changed[m] = new[m]
+        if np.isfinite(new[m]):
+            assert direct_L(D, y, moved, 0.1)[0] < direct_L(D, y, changed, 0.1)[0]
+    assert beta > 0
+
+
+@pytest.mark.parametrize("by_point", [False, True])
+def test_add_sample_then_resume_equals_refit(by_point):
+    D, y, rng = problem(3, N=60)
+    # the first 50 samples fitted; the 10 others arrive one by one
+    st = ss.fit(D[:50], y[:50], noise_var=0.1) if not by_point else ss.fit(D, y[:50], noise_var=0.1,
+                                                                         rows=np.arange(50))
+    for n in range(50, 60):
+        before = st
+        st, delta = ss.add_sample(st, n if by_point else D[n], y[n])
+        Lb = direct_L(D[:n], y[:n], before.alpha, 0.1)[0]
+        La, C = direct_L(D[:n + 1], y[:n + 1], before.alpha, 0.1)
+        assert delta == pytest.approx(La - Lb, rel=1e-9, abs=1e-10)
+        assert st.log_marginal_likelihood == pytest.approx(La, rel=1e-9)
+        S, Q = direct_SQ(D[:n + 1], y[:n + 1], C)
+        np.testing.assert_allclose(st.S, S, rtol=1e-8, atol=1e-9)
+        np.testing.assert_allclose(st.Q, Q, rtol=1e-8, atol=1e-9)
+        a, Sigma, mu = direct_posterior(D[:n + 1], y[:n + 1], before.alpha, 0.1)
+        order = np.argsort(st.active)
+        np.testing.assert_allclose(st.Sigma[np.ix_(order, order)], Sigma, rtol=1e-8, atol=1e-12)
+        np.testing.assert_allclose(st.mu[order], mu, rtol=1e-8, atol=1e-10)
+        # delta L is the log predictive density of the new value
+        m_star, v_star = ss.predict(before, D[n][None, :])
+        assert delta == pytest.approx(-0.5 * (math.log(2 * math.pi * v_star[0]) + (y[n] - m_star[0]) ** 2 / v_star[0]))
+    cont = ss.resume(st)
+    assert cont.log_marginal_likelihood >= st.log_marginal_likelihood - 1e-9
+    assert cont.log_marginal_likelihood == pytest.approx(direct_L(D, y, cont.alpha, 0.1)[0], rel=1e-9)
+
+
+def test_add_basis_statistics():
+    D, y, rng = problem(5)
+    st = ss.fit(D[:, :20], y, noise_var=0.1)
+    new = ss.add_basis(st, D[:, 20:])
+    L, C = direct_L(D, y, new.alpha, 0.1)
+    S, Q = direct_SQ(D, y, C)
+    np.testing.assert_allclose(new.S, S, rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(new.Q, Q, rtol=1e-8, atol=1e-9)
+    cont = ss.resume(new)
+    assert cont.log_marginal_likelihood >= st.log_marginal_likelihood
+    assert cont.log_marginal_likelihood == pytest.approx(direct_L(D, y, cont.alpha, 0.1)[0], rel=1e-9)
+
+
+def test_predict_and_expected_delta_L_by_quadrature():
+    D, y, rng = problem(2)
+    st = ss.fit(D[:40], y[:40], noise_var=0.1)
+    rows = D[40:45]
+    mean, var = ss.predict(st, rows)
+    a, Sigma, mu = direct_posterior(D[:40], y[:40], st.alpha, 0.1)
+    np.testing.assert_allclose(mean, rows[:, a] @ mu, rtol=1e-9)
+    np.testing.assert_allclose(var, 0.1 + np.einsum("ij,jk,ik->i", rows[:, a], Sigma, rows[:, a]), rtol=1e-9)
+    m_bar = rng.normal(size=5)
+    v_bar = rng.uniform(0.01, 2.0, size=5)
+    expected = ss.expected_delta_L(st, rows, m_bar, v_bar)
+    # E over y* ~ N(m_bar, v_bar) of log N(y* | m*, sigma*^2) by Gauss-Hermite quadrature
+    x, w = np.polynomial.hermite_e.hermegauss(60)
+    for k in range(5):
+        ystar = m_bar[k] + np.sqrt(v_bar[k]) * x
+        dens = -0.5 * (np.log(2 * np.pi * var[k]) + (ystar - mean[k]) ** 2 / var[k])
+        assert expected[k] == pytest.approx(np.sum(w * dens) / np.sqrt(2 * np.pi), rel=1e-10)
+
+
+def test_check_guide_to_1e8():
+    D, y, _ = problem(4)
+    st = ss.fit(D, y, noise_var=0.1)
+    check = st.check_guide(num_particles=64)
+    assert check.passed, check.message
+    assert abs(check.monte_carlo - st.log_marginal_likelihood) <= 1e-8 * abs(st.log_marginal_likelihood)
+    assert check.standard_error <= 1e-9 * abs(st.log_marginal_likelihood)
+
+
+def test_neighbour_statistics():
+    rng = np.random.default_rng(0)
+    samples = rng.uniform(size=(30, 2))
+    values = rng.normal(size=30)
+    query = rng.uniform(size=(4, 2))
+    m, v = ss.neighbour_statistics(query, samples, values, k=5)
+    for i in range(4):
+        near = np.argsort(np.sum((samples - query[i]) ** 2, axis=1))[:5]
+        assert m[i] == pytest.approx(values[near].mean())
+        assert v[i] == pytest.approx(values[near].var())
+    m_all, v_all = ss.neighbour_statistics(query, samples, values, k=None)
+    assert np.allclose(m_all, values.mean()) and np.allclose(v_all, values.var())
+
+
+# ----------------------------------------------------------------------------------------------
+# Dictionaries
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("scale", [1, 2])
+def test_haar_is_orthonormal_with_tile_support(scale):
+    D = basis.haar_2d((8, 12), scale).to_dense()
+    np.testing.assert_allclose(D.T @ D, np.eye(96), atol=1e-12)
+    n = 2**scale
+    for m in range(D.shape[1]):
+        r, c = np.divmod(np.flatnonzero(D[:, m]), 12)
+        assert r.max() // n == r.min() // n and c.max() // n == c.min() // n  # inside one tile
+    sizes = np.count_nonzero(D, axis=0)
+    assert set(sizes) == ({4} if scale == 1 else {4, 16})
+
+
+def test_kronecker_rbf_against_dense():
+    K = basis.gaussian_rbf_2d((6, 5), sd=2.0)
+    ii, jj = np.divmod(np.arange(30), 5)
+    dense = np.exp(-((ii[:, None] - ii[None, :]) ** 2 + (jj[:, None] - jj[None, :]) ** 2) / (2 * 2.0**2))
+    np.testing.assert_allclose(K.to_dense(), dense, rtol=1e-13)
+    rng = np.random.default_rng(0)
+    x, v = rng.normal(size=30), rng.normal(size=30)
+    np.testing.assert_allclose(K.matvec(x), dense @ x, rtol=1e-12)
+    np.testing.assert_allclose(K.rmatvec(v), dense.T @ v, rtol=1e-12)
+    np.testing.assert_allclose(K.rows([2, 7]), dense[[2, 7]], rtol=1e-13)
+    np.testing.assert_allclose(K.weighted_sq_norms(np.abs(v)), np.abs(v) @ dense**2, rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["haar", "rbf"])
+def test_operator_dictionary_fit_equals_dense(kind):
+    shape = (8, 8)
+    D = basis.haar_2d(shape, 1) if kind == "haar" else basis.gaussian_rbf_2d(shape, sd=1.5)
+    dense = D.to_dense()
+    rng = np.random.default_rng(1)
+    img = np.sin(np.arange(64) / 5.0) + 0.05 * rng.normal(size=64)
+    obs = np.sort(rng.choice(64, 30, replace=False))
+    a = ss.fit(D, img[obs], rows=obs, noise_var=0.01)
+    b = ss.fit(dense[obs], img[obs], noise_var=0.01)
+    assert a.moves == b.moves
+    assert a.log_marginal_likelihood == pytest.approx(b.log_marginal_likelihood, rel=1e-10)
+    np.testing.assert_allclose(ss.predict(a, np.arange(64))[0], ss.predict(b, dense)[0], atol=1e-9)
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad inputs
+# ----------------------------------------------------------------------------------------------
+def test_bad_inputs_get_named_errors():
+    D, y, _ = problem(0)
+    bad = y.copy()
+    bad[3] = np.nan
+    with pytest.raises(ValueError, match="`y`"):
+        ss.fit(D, bad, noise_var=0.1)
+    with pytest.raises(ValueError, match="noise_var"):
+        ss.fit(D, y, noise_var=0.0)
+    with pytest.raises(ValueError, match="noise_var"):
+        ss.fit(D, y, noise_var=-1.0)
+    with pytest.raises(ValueError, match="`D` has"):
+        ss.fit(D[:10], y, noise_var=0.1)
+    st = ss.fit(D, y, noise_var=0.1)
+    with pytest.raises(ValueError, match="d_row"):
+        ss.add_sample(st, np.ones(D.shape[1] + 1), 0.0)
+    with pytest.raises(ValueError, match="d_row"):
+        ss.add_sample(st, np.full(D.shape[1], np.nan), 0.0)
+    with pytest.raises(ValueError, match="y_new"):
+        ss.add_sample(st, D[0], np.nan)
+    with pytest.raises(ValueError, match="rows"):
+        ss.predict(st, np.ones((2, D.shape[1] - 1)))
+    with pytest.raises(ValueError, match="neighbour_vars"):
+        ss.expected_delta_L(st, D[:2], np.zeros(2), -np.ones(2))
+    with pytest.raises(ValueError, match="new_columns"):
+        ss.add_basis(st, np.ones((D.shape[0] + 1, 2)))
