@@ -43,6 +43,7 @@ from typing import Any, Optional
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+import scipy.linalg
 
 from ppl_sbl import basis as _basis
 from ppl_sbl.validation import check_positive
@@ -118,7 +119,10 @@ class SBLState:
     trace : list of float
         L after every move (the first entry: the model with no function).
     moves : list of (str, int)
-        ("add" | "update" | "delete" | "noise", function index or -1).
+        ("add" | "update" | "delete" | "noise", function index or -1; "sample", point or -1).
+    trace_seconds : list of float
+        Seconds since the start of the last :func:`fit`/:func:`resume` at each entry of the
+        trace it added.
     converged : bool
     """
 
@@ -137,6 +141,7 @@ class SBLState:
     trace: list
     moves: list
     converged: bool = False
+    trace_seconds: list = dataclasses.field(default_factory=list)
     seconds: float = 0.0
     # cached statistics: D^T y, sum of y^2, weighted squared column norms
     Dty: Optional[np.ndarray] = None
@@ -341,6 +346,7 @@ class _Work:
         self.L = st.log_marginal_likelihood
         self.trace = list(st.trace)
         self.moves = list(st.moves)
+        self.trace_seconds = []
         self.noise_var = st.noise_var
         self.sq_norms = None
         self.keep_cross = keep_cross
@@ -421,23 +427,51 @@ class _Work:
 
     # the noise variance ----------------------------------------------------------------------
     def _posterior(self, noise_var):
-        """Sigma, mu, log|Sigma| and L at noise_var with alpha fixed (O(K^3), from D^T D_a)."""
+        """Sigma, mu and L at noise_var with alpha fixed, by a Cholesky factorisation (O(K^3))."""
         a = np.asarray(self.active, dtype=np.int64)
-        beta = 1.0 / noise_var
-        N = self.design.n
+        N, beta = self.design.n, 1.0 / noise_var
         if len(a) == 0:
-            L = -0.5 * (N * LOG_2PI + N * math.log(noise_var) + beta * self.st.yty)
-            return np.zeros((0, 0)), np.zeros(0), L
-        G = self.cross[a]
-        P = np.diag(self.alpha[a]) + beta * G
-        chol = np.linalg.cholesky(P)
-        inv_chol = np.linalg.solve(chol, np.eye(len(a)))
-        Sigma = inv_chol.T @ inv_chol
+            return np.zeros((0, 0)), np.zeros(0), float(-0.5 * (N * LOG_2PI + N * math.log(noise_var)
+                                                                 + beta * self.st.yty))
+        chol = np.linalg.cholesky(np.diag(self.alpha[a]) + beta * self.cross[a])
+        inv = scipy.linalg.solve_triangular(chol, np.eye(len(a)), lower=True)
+        Sigma = inv.T @ inv
         mu = beta * Sigma @ self.st.Dty[a]
-        log_det_sigma = -2.0 * np.sum(np.log(np.diag(chol)))
-        L = -0.5 * (N * LOG_2PI + N * math.log(noise_var) - np.sum(np.log(self.alpha[a])) - log_det_sigma
-                    + beta * (self.st.yty - self.st.Dty[a] @ mu))
-        return Sigma, mu, L
+        L = -0.5 * (N * LOG_2PI + N * math.log(noise_var) - np.sum(np.log(self.alpha[a]))
+                    + 2.0 * np.sum(np.log(np.diag(chol))) + beta * (self.st.yty - self.st.Dty[a] @ mu))
+        return Sigma, mu, float(L)
+
+    def _noise_profile(self):
+        """L as a function of sigma^2 at fixed alpha, O(K) per value after one O(K^3) eigen-
+        decomposition: with A^-1/2 D_a^T D_a A^-1/2 = V diag(lam) V^T and u = V^T A^-1/2 D_a^T y,
+
+            log|C| = N log sigma^2 + sum_k log(1 + lam_k / sigma^2),
+            y^T C^-1 y = (y^T y - sum_k u_k^2 / (sigma^2 + lam_k)) / sigma^2.
+
+        Returns (L(sigma^2), posterior(sigma^2) -> (Sigma, mu))."""
+        a = np.asarray(self.active, dtype=np.int64)
+        N, yty = self.design.n, self.st.yty
+        if len(a) == 0:
+            lam, u = np.zeros(0), np.zeros(0)
+            basis_, z = np.zeros((0, 0)), np.zeros(0)
+        else:
+            scale = 1.0 / np.sqrt(self.alpha[a])
+            lam, V = np.linalg.eigh(self.cross[a] * np.outer(scale, scale))
+            lam = np.maximum(lam, 0.0)
+            basis_ = scale[:, None] * V  # Sigma = basis diag(sigma^2 / (sigma^2 + lam)) basis^T
+            z = self.st.Dty[a]
+            u = basis_.T @ z
+
+        def L(noise_var):
+            return float(-0.5 * (N * LOG_2PI + N * math.log(noise_var) + np.sum(np.log1p(lam / noise_var))
+                                 + (yty - np.sum(u**2 / (noise_var + lam))) / noise_var))
+
+        def posterior(noise_var):
+            d = noise_var / (noise_var + lam)
+            Sigma = (basis_ * d) @ basis_.T
+            return Sigma, Sigma @ z / noise_var
+
+        return L, posterior
 
     def reestimate_noise(self, max_halvings=30):
         """sigma^2 = ||y - D_a mu||^2 / (N - K + sum_k alpha_k Sigma_kk) (T&F eq. 33), kept only
@@ -450,11 +484,18 @@ class _Work:
         old = self.noise_var
         if not np.isfinite(proposal) or proposal <= 0 or abs(proposal - old) <= 1e-15 * old:
             return False
-        step = 1.0
+        # the proposal first, by one Cholesky factorisation; a search only where it lowers L
+        Sigma, mu, L = self._posterior(proposal)
+        if L >= self.L:
+            self._set_noise(proposal, Sigma, mu, L)
+            return True
+        L_of, posterior = self._noise_profile()
+        step = 0.5
         for _ in range(max_halvings):
             value = old + step * (proposal - old)
-            Sigma, mu, L = self._posterior(value)
+            L = L_of(value)
             if L >= self.L:
+                Sigma, mu = posterior(value)
                 self._set_noise(value, Sigma, mu, L)
                 return True
             step /= 2.0
@@ -481,7 +522,8 @@ class _Work:
         st = dataclasses.replace(
             self.st, noise_var=float(self.noise_var), active=a, alpha=self.alpha.copy(), mu=self.mu.copy(),
             Sigma=self.Sigma.copy(), S=self.S.copy(), Q=self.Q.copy(), log_marginal_likelihood=float(self.L),
-            trace=list(self.trace), moves=list(self.moves), converged=bool(converged), seconds=float(seconds))
+            trace=list(self.trace), moves=list(self.moves), converged=bool(converged), seconds=float(seconds),
+            trace_seconds=list(self.trace_seconds))
         if exact:
             st.log_marginal_likelihood = log_marginal_likelihood(st)
         return st
@@ -583,9 +625,11 @@ def resume(state: SBLState, *, update_noise=False, tol=1e-13, max_steps=100000, 
         work.L += best
         work.trace.append(work.L)
         work.moves.append((kind, m))
+        work.trace_seconds.append(time.perf_counter() - start)
         if update_noise and work.reestimate_noise():
             work.trace.append(work.L)
             work.moves.append(("noise", -1))
+            work.trace_seconds.append(time.perf_counter() - start)
         if bar is not None and step % 50 == 0:
             bar.update(50 if step else 0)
             bar.set_postfix(L=f"{work.L:.4f}", active=len(work.active))

@@ -10,7 +10,8 @@ import numpy as np
 
 from .validation import check_matrix, check_positive
 
-__all__ = ["rbf", "rbf_table", "linear", "add_bias"]
+__all__ = ["rbf", "rbf_table", "linear", "add_bias", "Dictionary", "DenseDictionary", "SparseDictionary",
+           "KroneckerDictionary", "StackedDictionary", "as_dictionary", "haar_2d", "gaussian_rbf_2d"]
 
 
 def _inputs(name, X):

@@ -1,0 +1,219 @@
+"""Benchmark: sequential SBL against scikit-learn's ARDRegression and against refitting.
+
+Not a test (the tests run ``--quick``). Data: scikit-image's ``camera`` image downscaled to each
+size in ``--sizes`` (default 32, 64, 128), scaled to [0, 1], 45% of the pixels observed at
+random; dictionary: the 2-D Haar wavelets of scale 1 (M = number of pixels). Arms:
+
+(a) ``sequential_sbl.fit`` at the fixed noise variance ``--noise-var`` (the image experiment's
+    setting);
+(b) ``sequential_sbl.fit(update_noise=True)``, started from sigma^2 = var(y), the setting that is
+    comparable with ARDRegression, which re-estimates the noise too;
+(c) ``sklearn.linear_model.ARDRegression(fit_intercept=False)`` on the dense design matrix (N x M)
+    with its defaults (max_iter 300, tol 1e-3, threshold_lambda 1e4), at the sizes in
+    ``--ard-sizes`` only (it works with N x N matrices); where the largest size is not run, its
+    time there is extrapolated with a log-log fit over the sizes it ran (marked '*').
+    Both fits are scored with the same formula, L = log N(y | 0, sigma^2 I + D_a A^-1 D_a^T)
+    (``sequential_sbl.log_marginal_likelihood``), ARD's with its ``lambda_`` (the functions it
+    pruned, lambda >= threshold_lambda, out) and its noise precision ``alpha_``.
+(d) one ``add_sample`` (mean over ``--new-samples`` new pixels, added one after the other to
+    the state of (a)) against a refit from scratch on the same data (the time of (a)).
+
+Memory: the peak of NumPy's allocations (``tracemalloc``) during (a) at each size, beside the
+size of one dense N x N matrix of float64 (the fit never forms one).
+
+Goals (from the issue): (b) at least 20 times faster than (c) at the largest size ARD finishes,
+with a log marginal likelihood at least as high; one add_sample at least 100 times faster than a
+refit; no N x N dense matrix at 128 x 128.
+
+Usage::
+
+    python bench/sequential_sbl.py | tee bench/results/sequential_sbl_cpu.log
+    python bench/sequential_sbl.py --quick
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import tracemalloc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from _common import environment  # noqa: E402
+
+
+def problem(size, seed):
+    import numpy as np
+    from skimage import data, transform
+
+    img = transform.resize(data.camera().astype(np.float64) / 255.0, (size, size), anti_aliasing=True)
+    P = size * size
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(P)
+    observed = np.sort(perm[: int(round(0.45 * P))])
+    return img, observed, perm[int(round(0.45 * P)):]
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def run_size(size, args):
+    import numpy as np
+
+    from ppl_sbl import basis
+    from ppl_sbl.models import sequential_sbl as ss
+
+    img, observed, unobserved = problem(size, args.seed)
+    y = img.ravel()[observed]
+    D = basis.haar_2d((size, size), 1)
+    N, M = len(y), D.shape[1]
+    row = {"size": size, "n": int(N), "m": int(M), "dense_nxn_bytes": int(N) * int(N) * 8}
+    print(f"\n== {size} x {size}: N = {N} observed pixels, M = {M} Haar functions", flush=True)
+
+    tracemalloc.start()
+    st_a, sec_a = timed(lambda: ss.fit(D, y, rows=observed, noise_var=args.noise_var))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    row["fixed_noise"] = {"seconds": sec_a, "L": st_a.log_marginal_likelihood, "active": int(len(st_a.active)),
+                          "moves": len(st_a.moves), "converged": st_a.converged, "peak_bytes": int(peak)}
+    print(f"  (a) fit, sigma^2 = {args.noise_var:g}      : {sec_a:8.2f}s  L {st_a.log_marginal_likelihood:12.3f}  "
+          f"K {len(st_a.active):5d}  moves {len(st_a.moves):6d}  peak memory {peak / 2**20:.1f} MiB "
+          f"(one N x N matrix: {row['dense_nxn_bytes'] / 2**20:.1f} MiB)", flush=True)
+
+    if size in args.noise_sizes:
+        start = float(np.var(y))
+        st_b, sec_b = timed(lambda: ss.fit(D, y, rows=observed, noise_var=start, update_noise=True))
+        row["update_noise"] = {"seconds": sec_b, "L": st_b.log_marginal_likelihood, "active": int(len(st_b.active)),
+                               "moves": len(st_b.moves), "noise_var": st_b.noise_var, "converged": st_b.converged}
+        print(f"  (b) fit, update_noise          : {sec_b:8.2f}s  L {st_b.log_marginal_likelihood:12.3f}  "
+              f"K {len(st_b.active):5d}  moves {len(st_b.moves):6d}  sigma^2 {st_b.noise_var:.3g}", flush=True)
+
+    if size in args.ard_sizes:
+        from sklearn.linear_model import ARDRegression
+
+        X = D.rows(observed)
+        ard = ARDRegression(fit_intercept=False)
+        _, sec_c = timed(lambda: ard.fit(X, y))
+        keep = ard.lambda_ < ard.threshold_lambda
+        alpha = np.where(keep, ard.lambda_, np.inf)
+        base = ss.fit(D, y, rows=observed, noise_var=1.0 / ard.alpha_, max_steps=0)
+        L_c = ss.log_marginal_likelihood(base, alpha=alpha, noise_var=1.0 / ard.alpha_)
+        row["ard"] = {"seconds": sec_c, "L": L_c, "active": int(keep.sum()), "iterations": int(ard.n_iter_),
+                      "noise_var": float(1.0 / ard.alpha_)}
+        if "update_noise" in row:
+            # how long (b) took to pass ARD's log marginal likelihood
+            tr, ts = np.asarray(st_b.trace[1:]), np.asarray(st_b.trace_seconds)
+            hit = np.flatnonzero(tr >= L_c)
+            row["update_noise"]["seconds_to_ard_L"] = float(ts[hit[0]]) if len(hit) else None
+        print(f"  (c) sklearn ARDRegression      : {sec_c:8.2f}s  L {L_c:12.3f}  K {int(keep.sum()):5d}  "
+              f"iterations {ard.n_iter_}  sigma^2 {1.0 / ard.alpha_:.3g}", flush=True)
+        if "update_noise" in row:
+            hit = row["update_noise"]["seconds_to_ard_L"]
+            print(f"      (b) passes ARD's L after {hit:.3f}s = {sec_c / hit:.1f} x faster than ARD" if hit else
+                  "      (b) never reaches ARD's L", flush=True)
+
+    # (d) add_sample against a refit
+    picks = unobserved[: args.new_samples]
+    st = st_a
+    times = []
+    for p in picks:
+        t = time.perf_counter()
+        st, _ = ss.add_sample(st, int(p), img.ravel()[p])
+        times.append(time.perf_counter() - t)
+    refit, sec_refit = timed(lambda: ss.fit(D, img.ravel()[np.concatenate([observed, picks])],
+                                            rows=np.concatenate([observed, picks]), noise_var=args.noise_var))
+    row["add_sample"] = {"mean_seconds": float(np.mean(times)), "max_seconds": float(np.max(times)),
+                         "samples": len(picks), "refit_seconds": sec_refit,
+                         "refit_over_add_sample": sec_refit / float(np.mean(times))}
+    print(f"  (d) add_sample                 : {1e3 * np.mean(times):8.3f} ms per sample (max {1e3 * np.max(times):.3f}); "
+          f"refit on all {N + len(picks)} samples {sec_refit:.2f}s = {row['add_sample']['refit_over_add_sample']:.0f} x",
+          flush=True)
+    return row
+
+
+def loglog(sizes, seconds, target):
+    import numpy as np
+
+    if len(sizes) < 2:
+        return None
+    slope, icept = np.polyfit(np.log(sizes), np.log(seconds), 1)
+    return float(np.exp(icept + slope * math.log(target))), float(slope)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="sizes 16 and 32, ARD at 16 and 32 (seconds)")
+    p.add_argument("--sizes", type=int, nargs="+", default=[32, 64, 128])
+    p.add_argument("--ard-sizes", type=int, nargs="+", default=[32, 48, 64])
+    p.add_argument("--noise-sizes", type=int, nargs="+", default=[32, 48, 64],
+                   help="sizes at which (b) runs (default: those of ARD)")
+    p.add_argument("--noise-var", type=float, default=1e-3)
+    p.add_argument("--new-samples", type=int, default=50)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=os.path.join(HERE, "results", "sequential_sbl_cpu.json"))
+    args = p.parse_args(argv)
+    if args.quick:
+        args.sizes, args.ard_sizes, args.noise_sizes, args.new_samples = [16, 32], [16, 32], [16, 32], 10
+    sizes = sorted(set(args.sizes) | set(args.ard_sizes))
+    env = environment("sklearn", "skimage")
+    print(f"# sequential SBL benchmark  {env['date']}  backend=cpu (NumPy)  cpus={env['cpu_count']}  "
+          f"load={env['load_average']}  sizes={sizes}  ARD at {args.ard_sizes}", flush=True)
+    rows = [run_size(s, args) for s in sizes]
+
+    ard = [r for r in rows if "ard" in r]
+    noise = {r["size"]: r for r in rows if "update_noise" in r}
+    summary = {}
+    print("\nsize     N      M | (a) fit s   (b) noise s   (c) ARD s |  (c)/(b)   L(b)-L(c) | add_sample ms  refit/add", flush=True)
+    for r in rows:
+        b = r.get("update_noise")
+        c = r.get("ard")
+        ratio = c["seconds"] / b["seconds"] if b and c else None
+        dL = b["L"] - c["L"] if b and c else None
+        print(f"{r['size']:>4} {r['n']:>5} {r['m']:>6} | {r['fixed_noise']['seconds']:>9.2f} "
+              f"{b['seconds'] if b else float('nan'):>13.2f} {c['seconds'] if c else float('nan'):>11.2f} | "
+              f"{ratio if ratio else float('nan'):>8.1f} {dL if dL is not None else float('nan'):>11.3f} | "
+              f"{1e3 * r['add_sample']['mean_seconds']:>13.3f} {r['add_sample']['refit_over_add_sample']:>10.0f}", flush=True)
+    if ard:
+        largest = max(ard, key=lambda r: r["size"])
+        summary["ard_largest_size"] = largest["size"]
+        if largest["size"] in noise:
+            b = noise[largest["size"]]["update_noise"]
+            summary["fit_speedup_at_largest_ard_size"] = largest["ard"]["seconds"] / b["seconds"]
+            summary["L_ours_minus_ard"] = b["L"] - largest["ard"]["L"]
+            if b.get("seconds_to_ard_L"):
+                summary["speedup_to_ard_L_at_largest_ard_size"] = largest["ard"]["seconds"] / b["seconds_to_ard_L"]
+        ex = loglog([r["size"] ** 2 for r in ard], [r["ard"]["seconds"] for r in ard], max(sizes) ** 2)
+        if ex and max(sizes) not in {r["size"] for r in ard}:
+            summary["ard_extrapolated_seconds_at_largest"] = ex[0]
+            summary["ard_loglog_slope_in_pixels"] = ex[1]
+            print(f"# ARDRegression at {max(sizes)} x {max(sizes)} extrapolated: {ex[0]:.0f}s* (log-log slope {ex[1]:.2f} "
+                  "in the number of pixels; not run)", flush=True)
+    summary["add_sample_speedup_min"] = min(r["add_sample"]["refit_over_add_sample"] for r in rows)
+    biggest = max(rows, key=lambda r: r["size"])
+    summary["peak_bytes_at_largest"] = biggest["fixed_noise"]["peak_bytes"]
+    summary["dense_nxn_bytes_at_largest"] = biggest["dense_nxn_bytes"]
+    goals = {
+        "fit_20x_faster_than_ard": summary.get("fit_speedup_at_largest_ard_size", 0) >= 20,
+        "L_at_least_ard": summary.get("L_ours_minus_ard", -1) >= -1e-6,
+        "add_sample_100x_faster_than_refit": summary["add_sample_speedup_min"] >= 100,
+        "peak_below_one_nxn_at_largest": summary["peak_bytes_at_largest"] < summary["dense_nxn_bytes_at_largest"],
+    }
+    print("# goals: " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in goals.items()), flush=True)
+    print("# " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items()), flush=True)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    out = args.out.replace(".json", "_quick.json") if args.quick else args.out
+    with open(out, "w") as f:
+        json.dump({"benchmark": "sequential SBL vs ARDRegression and refits", "environment": env, "args": vars(args),
+                   "rows": rows, "summary": summary, "goals": goals}, f, indent=1, default=float)
+    print(f"# wrote {out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
