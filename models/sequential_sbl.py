@@ -339,8 +339,14 @@ class _Work:
         self.active = list(int(m) for m in st.active)
         self.pos = {m: k for k, m in enumerate(self.active)}
         self.alpha = st.alpha.copy()
-        self.mu = st.mu.copy()
-        self.Sigma = st.Sigma.copy()
+        K = len(self.active)
+        cap = max(16, 2 * K)
+        # Sigma and mu live in buffers with spare capacity, updated in place (a K x K temporary
+        # per move would dominate the cost once K is in the thousands)
+        self._Sbuf = np.zeros((cap, cap))
+        self._Sbuf[:K, :K] = st.Sigma
+        self._mbuf = np.zeros(cap)
+        self._mbuf[:K] = st.mu
         self.S = st.S.copy()
         self.Q = st.Q.copy()
         self.L = st.log_marginal_likelihood
@@ -352,9 +358,39 @@ class _Work:
         self.keep_cross = keep_cross
         self.cross = None  # D^T D_a (M, K), kept only to re-estimate the noise
         if keep_cross:
-            self.cross = np.empty((st.dictionary.shape[1], len(self.active)))
+            self.cross = np.empty((st.dictionary.shape[1], K))
             for k, m in enumerate(self.active):
                 self.cross[:, k] = self.design.rmatvec(self._column(m))
+
+    @property
+    def Sigma(self):
+        K = len(self.active)
+        return self._Sbuf[:K, :K]
+
+    @property
+    def mu(self):
+        return self._mbuf[:len(self.active)]
+
+    def _set_posterior(self, Sigma, mu):
+        K = len(mu)
+        if K > self._Sbuf.shape[0]:
+            self._grow(K)
+        self._Sbuf[:K, :K] = Sigma
+        self._mbuf[:K] = mu
+
+    def _grow(self, K):
+        cap = max(2 * self._Sbuf.shape[0], K)
+        S, m = np.zeros((cap, cap)), np.zeros(cap)
+        k = len(self.active)
+        S[:k, :k] = self._Sbuf[:k, :k]
+        m[:k] = self._mbuf[:k]
+        self._Sbuf, self._mbuf = S, m
+
+    @staticmethod
+    def _rank_one(A, coef, x, chunk=256):
+        """A += coef x x^T in place, a block of rows at a time."""
+        for r in range(0, len(x), chunk):
+            A[r:r + chunk] += np.multiply.outer(coef * x[r:r + chunk], x)
 
     def _column(self, m):
         e = np.zeros(self.st.dictionary.shape[1])
@@ -372,22 +408,23 @@ class _Work:
         s_ii = 1.0 / (alpha_i + self.S[i])
         mu_i = s_ii * self.Q[i]
         K = len(self.active)
+        if K + 1 > self._Sbuf.shape[0]:
+            self._grow(K + 1)
         if K:
             a = np.asarray(self.active)
-            w = self.beta * (self.Sigma @ g[a])  # beta Sigma D_a^T phi_i
-            e = self.beta * g - self.beta * self._u(self.Sigma @ g[a])  # beta phi_m^T (I - beta D_a Sigma D_a^T) phi_i
-            Sigma = np.empty((K + 1, K + 1))
-            Sigma[:K, :K] = self.Sigma + s_ii * np.outer(w, w)
-            Sigma[:K, K] = Sigma[K, :K] = -s_ii * w
-            Sigma[K, K] = s_ii
-            self.mu = np.append(self.mu - mu_i * w, mu_i)
-            self.Sigma = Sigma
+            Sg = self.Sigma @ g[a]
+            w = self.beta * Sg  # beta Sigma D_a^T phi_i
+            e = self.beta * g - self.beta * self._u(Sg)  # beta phi_m^T (I - beta D_a Sigma D_a^T) phi_i
+            self._rank_one(self.Sigma, s_ii, w)
+            self._Sbuf[:K, K] = -s_ii * w
+            self._Sbuf[K, :K] = -s_ii * w
+            self._mbuf[:K] -= mu_i * w
         else:
             e = self.beta * g
-            self.Sigma = np.array([[s_ii]])
-            self.mu = np.array([mu_i])
-        self.S = self.S - s_ii * e**2
-        self.Q = self.Q - mu_i * e
+        self._Sbuf[K, K] = s_ii
+        self._mbuf[K] = mu_i
+        self.S -= s_ii * e**2
+        self.Q -= mu_i * e
         self.active.append(int(i))
         self.pos[int(i)] = K
         self.alpha[i] = alpha_i
@@ -397,33 +434,41 @@ class _Work:
     def update(self, j_fn, alpha_new):
         j = self.pos[j_fn]
         col = self.Sigma[:, j].copy()
-        kappa = 1.0 / (self.Sigma[j, j] + 1.0 / (alpha_new - self.alpha[j_fn]))
+        kappa = 1.0 / (col[j] + 1.0 / (alpha_new - self.alpha[j_fn]))
         mu_j = self.mu[j]
         u = self._u(col)
-        self.Sigma = self.Sigma - kappa * np.outer(col, col)
-        self.mu = self.mu - kappa * mu_j * col
-        self.S = self.S + kappa * u**2
-        self.Q = self.Q + kappa * mu_j * u
+        self._rank_one(self.Sigma, -kappa, col)
+        self.mu[:] -= kappa * mu_j * col
+        self.S += kappa * u**2
+        self.Q += kappa * mu_j * u
         self.alpha[j_fn] = alpha_new
 
     def delete(self, j_fn):
         j = self.pos[j_fn]
         col = self.Sigma[:, j].copy()
-        s_jj = self.Sigma[j, j]
+        s_jj = col[j]
         mu_j = self.mu[j]
         u = self._u(col)
-        Sigma = self.Sigma - np.outer(col, col) / s_jj
-        mu = self.mu - mu_j / s_jj * col
-        keep = np.arange(len(self.active)) != j
-        self.Sigma = Sigma[np.ix_(keep, keep)]
-        self.mu = mu[keep]
-        self.S = self.S + u**2 / s_jj
-        self.Q = self.Q + mu_j / s_jj * u
-        self.active.pop(j)
-        self.pos = {m: k for k, m in enumerate(self.active)}
+        self._rank_one(self.Sigma, -1.0 / s_jj, col)
+        self.mu[:] -= mu_j / s_jj * col
+        self.S += u**2 / s_jj
+        self.Q += mu_j / s_jj * u
+        # the last active function takes the deleted one's place
+        last = len(self.active) - 1
+        if j != last:
+            self._Sbuf[j, :last + 1] = self._Sbuf[last, :last + 1]
+            self._Sbuf[:last + 1, j] = self._Sbuf[:last + 1, last]
+            self._Sbuf[j, j] = self._Sbuf[last, last]
+            self._mbuf[j] = self._mbuf[last]
+            self.active[j] = self.active[last]
+            self.pos[self.active[j]] = j
+            if self.keep_cross:
+                self.cross[:, j] = self.cross[:, last]
+        self.active.pop()
+        del self.pos[j_fn]
         self.alpha[j_fn] = np.inf
         if self.keep_cross:
-            self.cross = self.cross[:, keep]
+            self.cross = self.cross[:, :last]
 
     # the noise variance ----------------------------------------------------------------------
     def _posterior(self, noise_var):
@@ -505,7 +550,8 @@ class _Work:
         """Full statistics at a new noise variance (O(M K^2))."""
         self.noise_var = noise_var
         self.beta = 1.0 / noise_var
-        self.Sigma, self.mu, self.L = Sigma, mu, L
+        self._set_posterior(Sigma, mu)
+        self.L = L
         if self.sq_norms is None:
             self.sq_norms = self.design.sq_norms()
         B = self.cross
