@@ -143,10 +143,9 @@ class SBLState:
     converged: bool = False
     trace_seconds: list = dataclasses.field(default_factory=list)
     seconds: float = 0.0
-    # cached statistics: D^T y, sum of y^2, weighted squared column norms
+    # cached statistics: D^T y and the sum of y^2
     Dty: Optional[np.ndarray] = None
     yty: float = 0.0
-    counts: Optional[np.ndarray] = None
 
     # the shared result interface (``compare``, ``check_guide``) ------------------------------
     @property
