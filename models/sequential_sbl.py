@@ -247,6 +247,16 @@ class _Design:
         self.point_rows = self.rows[self.by_point]
         self.extra = np.asarray(extra_rows, dtype=np.float64).reshape(-1, dictionary.shape[1])
         self.n = len(self.rows)
+        # a point sampled twice adds twice (np.add.at); otherwise a plain scatter
+        self.unique = len(np.unique(self.point_rows)) == len(self.point_rows)
+
+    def _scatter(self, v):
+        full = np.zeros((self.dictionary.shape[0],) + v.shape[1:])
+        if self.unique:
+            full[self.point_rows] = v[self.by_point]
+        else:
+            np.add.at(full, self.point_rows, v[self.by_point])
+        return full
 
     def matvec(self, x):
         """D x over the samples, (N,)."""
@@ -259,11 +269,25 @@ class _Design:
 
     def rmatvec(self, v):
         """D^T v, (M,)."""
-        full = np.zeros(self.dictionary.shape[0])
-        np.add.at(full, self.point_rows, v[self.by_point])
-        out = self.dictionary.rmatvec(full)
+        out = self.dictionary.rmatvec(self._scatter(v))
         if len(self.extra):
             out = out + self.extra.T @ v[~self.by_point]
+        return out
+
+    def matmat(self, X):
+        """D X over the samples for X of shape (M, k), (N, k)."""
+        out = np.empty((self.n, X.shape[1]))
+        if self.by_point.any():
+            out[self.by_point] = self.dictionary.matmat(X)[self.point_rows]
+        if len(self.extra):
+            out[~self.by_point] = self.extra @ X
+        return out
+
+    def rmatmat(self, V):
+        """D^T V for V of shape (N, k), (M, k)."""
+        out = self.dictionary.rmatmat(self._scatter(V))
+        if len(self.extra):
+            out = out + self.extra.T @ V[~self.by_point]
         return out
 
     def active_matvec(self, active, z):
@@ -331,7 +355,7 @@ def _gains(alpha, S, Q):
 class _Work:
     """Mutable buffers for a run of moves; ``state()`` hands out an immutable copy."""
 
-    def __init__(self, st: SBLState, keep_cross=False):
+    def __init__(self, st: SBLState, keep_gram=False):
         self.st = st
         self.design = _design(st)
         self.beta = 1.0 / st.noise_var
@@ -354,12 +378,13 @@ class _Work:
         self.trace_seconds = []
         self.noise_var = st.noise_var
         self.sq_norms = None
-        self.keep_cross = keep_cross
-        self.cross = None  # D^T D_a (M, K), kept only to re-estimate the noise
-        if keep_cross:
-            self.cross = np.empty((st.dictionary.shape[1], K))
+        self.keep_gram = keep_gram
+        self.gram = None  # D_a^T D_a (K, K), kept only to re-estimate the noise
+        if keep_gram:
+            self.gram = np.empty((K, K))
+            a = np.asarray(self.active, dtype=np.int64)
             for k, m in enumerate(self.active):
-                self.cross[:, k] = self.design.rmatvec(self._column(m))
+                self.gram[:, k] = self.design.rmatvec(self._column(m))[a]
 
     @property
     def Sigma(self):
@@ -427,8 +452,12 @@ class _Work:
         self.active.append(int(i))
         self.pos[int(i)] = K
         self.alpha[i] = alpha_i
-        if self.keep_cross:
-            self.cross = np.column_stack([self.cross, g])
+        if self.keep_gram:
+            a = np.asarray(self.active, dtype=np.int64)  # the new function is last
+            gram = np.empty((K + 1, K + 1))
+            gram[:K, :K] = self.gram
+            gram[K, :] = gram[:, K] = g[a]
+            self.gram = gram
 
     def update(self, j_fn, alpha_new):
         j = self.pos[j_fn]
@@ -461,13 +490,15 @@ class _Work:
             self._mbuf[j] = self._mbuf[last]
             self.active[j] = self.active[last]
             self.pos[self.active[j]] = j
-            if self.keep_cross:
-                self.cross[:, j] = self.cross[:, last]
+            if self.keep_gram:
+                self.gram[j, :] = self.gram[last, :]
+                self.gram[:, j] = self.gram[:, last]
+                self.gram[j, j] = self.gram[last, last]
         self.active.pop()
         del self.pos[j_fn]
         self.alpha[j_fn] = np.inf
-        if self.keep_cross:
-            self.cross = self.cross[:, :last]
+        if self.keep_gram:
+            self.gram = self.gram[:last, :last]
 
     # the noise variance ----------------------------------------------------------------------
     def _posterior(self, noise_var):
@@ -477,13 +508,13 @@ class _Work:
         if len(a) == 0:
             return np.zeros((0, 0)), np.zeros(0), float(-0.5 * (N * LOG_2PI + N * math.log(noise_var)
                                                                  + beta * self.st.yty))
-        chol = np.linalg.cholesky(np.diag(self.alpha[a]) + beta * self.cross[a])
-        inv = scipy.linalg.solve_triangular(chol, np.eye(len(a)), lower=True)
+        chol = np.linalg.cholesky(np.diag(self.alpha[a]) + beta * self.gram)
+        inv = scipy.linalg.solve_triangular(chol, np.eye(len(a)), lower=True)  # Sigma = inv^T inv
         Sigma = inv.T @ inv
         mu = beta * Sigma @ self.st.Dty[a]
         L = -0.5 * (N * LOG_2PI + N * math.log(noise_var) - np.sum(np.log(self.alpha[a]))
                     + 2.0 * np.sum(np.log(np.diag(chol))) + beta * (self.st.yty - self.st.Dty[a] @ mu))
-        return Sigma, mu, float(L)
+        return (Sigma, inv), mu, float(L)
 
     def _noise_profile(self):
         """L as a function of sigma^2 at fixed alpha, O(K) per value after one O(K^3) eigen-
@@ -500,7 +531,7 @@ class _Work:
             basis_, z = np.zeros((0, 0)), np.zeros(0)
         else:
             scale = 1.0 / np.sqrt(self.alpha[a])
-            lam, V = np.linalg.eigh(self.cross[a] * np.outer(scale, scale))
+            lam, V = np.linalg.eigh(self.gram * np.outer(scale, scale))
             lam = np.maximum(lam, 0.0)
             basis_ = scale[:, None] * V  # Sigma = basis diag(sigma^2 / (sigma^2 + lam)) basis^T
             z = self.st.Dty[a]
@@ -511,9 +542,9 @@ class _Work:
                                  + (yty - np.sum(u**2 / (noise_var + lam))) / noise_var))
 
         def posterior(noise_var):
-            d = noise_var / (noise_var + lam)
-            Sigma = (basis_ * d) @ basis_.T
-            return Sigma, Sigma @ z / noise_var
+            root = basis_ * np.sqrt(noise_var / (noise_var + lam))  # Sigma = root root^T
+            Sigma = root @ root.T
+            return (Sigma, root.T), Sigma @ z / noise_var
 
         return L, posterior
 
@@ -545,19 +576,26 @@ class _Work:
             step /= 2.0
         return False
 
-    def _set_noise(self, noise_var, Sigma, mu, L):
-        """Full statistics at a new noise variance (O(M K^2))."""
+    def _set_noise(self, noise_var, posterior, mu, L):
+        """Full statistics at a new noise variance: with Sigma = F^T F (F from the factorisation)
+        and R = D^T D_a F^T (M, K), formed through the dictionary (O(K) products with it),
+
+            S_m = beta ||d_m||^2 - beta^2 ||R_m||^2,   Q_m = beta d_m^T y - beta^2 R_m . (F D_a^T y).
+        """
+        Sigma, F = posterior
         self.noise_var = noise_var
         self.beta = 1.0 / noise_var
         self._set_posterior(Sigma, mu)
         self.L = L
         if self.sq_norms is None:
             self.sq_norms = self.design.sq_norms()
-        B = self.cross
-        if B.shape[1]:
-            BS = B @ Sigma
-            self.S = self.beta * self.sq_norms - self.beta**2 * np.sum(BS * B, axis=1)
-            self.Q = self.beta * self.st.Dty - self.beta**2 * BS @ self.st.Dty[np.asarray(self.active)]
+        a = np.asarray(self.active, dtype=np.int64)
+        if len(a):
+            X = np.zeros((self.st.dictionary.shape[1], len(a)))
+            X[a] = F.T
+            R = self.design.rmatmat(self.design.matmat(X))
+            self.S = self.beta * self.sq_norms - self.beta**2 * np.einsum("mk,mk->m", R, R)
+            self.Q = self.beta * self.st.Dty - self.beta**2 * R @ (F @ self.st.Dty[a])
         else:
             self.S = self.beta * self.sq_norms
             self.Q = self.beta * self.st.Dty
@@ -623,7 +661,8 @@ def fit(D, y, *, noise_var, update_noise=False, tol=1e-13, max_steps=100000, row
     update_noise : bool
         Re-estimate sigma^2 after every move (T&F eq. 33), keeping the new value only where it
         does not lower L (otherwise the largest step towards it, by halving, that does not).
-        This keeps D^T D_a (M x K) and costs O(M K^2) per move.
+        This keeps D_a^T D_a (K x K) and costs a Cholesky factorisation (O(K^3)) and 2K products
+        with the dictionary per move.
     tol : float
         Stop when the largest gain of a move is at most ``tol * max(1, |L|)``.
     rows : (N,) int, optional
@@ -646,7 +685,7 @@ def fit(D, y, *, noise_var, update_noise=False, tol=1e-13, max_steps=100000, row
 def resume(state: SBLState, *, update_noise=False, tol=1e-13, max_steps=100000, progress_bar=None):
     """Go on maximising L from ``state`` (after :func:`add_sample` or :func:`add_basis`)."""
     start = time.perf_counter()
-    work = _Work(state, keep_cross=update_noise)
+    work = _Work(state, keep_gram=update_noise)
     if update_noise:
         work.sq_norms = work.design.sq_norms()
     bar = _bar(progress_bar, max_steps)

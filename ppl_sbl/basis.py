@@ -96,6 +96,16 @@ class Dictionary:
     def rmatvec(self, v):
         raise NotImplementedError
 
+    def matmat(self, X):
+        """D X for X of shape (M, k), (P, k)."""
+        return np.column_stack([self.matvec(X[:, k]) for k in range(X.shape[1])]) if X.shape[1] else \
+            np.zeros((self.shape[0], 0))
+
+    def rmatmat(self, V):
+        """D^T V for V of shape (P, k), (M, k)."""
+        return np.column_stack([self.rmatvec(V[:, k]) for k in range(V.shape[1])]) if V.shape[1] else \
+            np.zeros((self.shape[1], 0))
+
     def columns(self, idx):
         """Dense (P, len(idx)) block of the given columns."""
         idx = np.asarray(idx, dtype=np.int64).reshape(-1)
@@ -139,6 +149,9 @@ class DenseDictionary(Dictionary):
     def rmatvec(self, v):
         return self.D.T @ v
 
+    matmat = matvec
+    rmatmat = rmatvec
+
     def columns(self, idx):
         return self.D[:, np.asarray(idx, dtype=np.int64).reshape(-1)]
 
@@ -167,6 +180,9 @@ class SparseDictionary(Dictionary):
 
     def rmatvec(self, v):
         return self.D.T @ v
+
+    matmat = matvec
+    rmatmat = rmatvec
 
     def columns(self, idx):
         return self.D[:, np.asarray(idx, dtype=np.int64).reshape(-1)].toarray()
@@ -199,6 +215,14 @@ class KroneckerDictionary(Dictionary):
         V = np.asarray(v, dtype=np.float64).reshape(self.A.shape[0], self.B.shape[0])
         return (self.A.T @ V @ self.B).reshape(-1)
 
+    def matmat(self, X):
+        X = np.asarray(X, dtype=np.float64).reshape(self.A.shape[1], self.B.shape[1], -1)
+        return np.einsum("ik,klc,jl->ijc", self.A, X, self.B, optimize=True).reshape(self.shape[0], -1)
+
+    def rmatmat(self, V):
+        V = np.asarray(V, dtype=np.float64).reshape(self.A.shape[0], self.B.shape[0], -1)
+        return np.einsum("ik,ijc,jl->klc", self.A, V, self.B, optimize=True).reshape(self.shape[1], -1)
+
     def columns(self, idx):
         k, l = np.divmod(np.asarray(idx, dtype=np.int64).reshape(-1), self.B.shape[1])
         return (self.A[:, k][:, None, :] * self.B[:, l][None, :, :]).reshape(self.shape[0], -1)
@@ -229,6 +253,12 @@ class StackedDictionary(Dictionary):
 
     def rmatvec(self, v):
         return np.concatenate([p.rmatvec(v) for p in self.parts])
+
+    def matmat(self, X):
+        return sum(p.matmat(X[a:b]) for p, a, b in zip(self.parts, self.offsets[:-1], self.offsets[1:]))
+
+    def rmatmat(self, V):
+        return np.vstack([p.rmatmat(V) for p in self.parts])
 
     def columns(self, idx):
         idx = np.asarray(idx, dtype=np.int64).reshape(-1)

@@ -243,3 +243,17 @@ def test_bad_inputs_get_named_errors():
         ss.expected_delta_L(st, D[:2], np.zeros(2), -np.ones(2))
     with pytest.raises(ValueError, match="new_columns"):
         ss.add_basis(st, np.ones((D.shape[0] + 1, 2)))
+
+
+def test_repeated_points_count_twice():
+    """A point sampled twice is two samples (two rows of the design matrix)."""
+    D = basis.haar_2d((4, 4), 1)
+    dense = D.to_dense()
+    rng = np.random.default_rng(3)
+    rows = np.array([0, 1, 1, 5, 6, 6, 6, 9, 12, 15])
+    y = rng.normal(size=len(rows))
+    a = ss.fit(D, y, rows=rows, noise_var=0.05, update_noise=True)
+    b = ss.fit(dense[rows], y, noise_var=0.05, update_noise=True)
+    assert a.moves == b.moves
+    assert a.log_marginal_likelihood == pytest.approx(b.log_marginal_likelihood, rel=1e-10)
+    assert a.log_marginal_likelihood == pytest.approx(direct_L(dense[rows], y, a.alpha, a.noise_var)[0], rel=1e-9)
