@@ -264,13 +264,8 @@ def figures(img, observed, missing, maps, stages_b, reconC, args, suffix):
               (_image(scaled(errA), missing, shape), "absolute error (scaled)", "magma", (0, 1)),
               (_image(scaled(edlA), missing, shape), "E[delta L] (scaled to [-1, 1])", "RdBu", (-1, 1)),
               (_image(scaled(pvarA), missing, shape), "predictive variance (scaled)", "viridis", (0, 1))]
-    for a, (v, title, cmap, lim) in zip(ax.ravel(), panels):
-        a.imshow(v, cmap=cmap, vmin=lim[0], vmax=lim[1])
-        a.set_title(title, fontsize=9)
-        a.axis("off")
-    fig.suptitle("Sequential SBL, Haar wavelets of scale 1 (Faul & Pilikos Fig. 1-2)")
-    fig.tight_layout()
-    names.append(_save(fig, args, f"sequential_sbl_haar1{suffix}.png"))
+    names.append(_draw(fig, ax, panels, "Sequential SBL, Haar wavelets of scale 1 (Faul & Pilikos Fig. 1-2)", args,
+                       f"sequential_sbl_haar1{suffix}.png"))
 
     fig, ax = plt.subplots(1, 3, figsize=(11, 4))
     (rg, picks_g), (rr, picks_r) = stages_b["B guided +5%"], stages_b["B random +5%"]
@@ -292,14 +287,21 @@ def figures(img, observed, missing, maps, stages_b, reconC, args, suffix):
               (_image(scaled(edlD), missing, shape), "E[delta L], S = all samples", "RdBu", (-1, 1)),
               (_image(scaled(pvarD), missing, shape), "predictive variance", "viridis", (0, 1)),
               (_image(scaled(augD), missing, shape), "augmented variance", "viridis", (0, 1))]
-    for a, (v, title, cmap, lim) in zip(ax, panels):
-        a.imshow(v, cmap=cmap, vmin=lim[0], vmax=lim[1])
-        a.set_title(title, fontsize=9)
-        a.axis("off")
-    fig.suptitle("Gaussian RBFs (Fig. 5)")
-    fig.tight_layout()
-    names.append(_save(fig, args, f"sequential_sbl_rbf{suffix}.png"))
+    names.append(_draw(fig, ax, panels, "Gaussian RBFs (Fig. 5)", args, f"sequential_sbl_rbf{suffix}.png"))
     return names
+
+
+def _draw(fig, ax, panels, title, args, name):
+    """Images (value, title, colour map, (vmin, vmax)) on the axes, then the figure saved."""
+    import numpy as np
+
+    for a, (v, sub, cmap, lim) in zip(np.ravel(ax), panels):
+        a.imshow(v, cmap=cmap, vmin=lim[0], vmax=lim[1])
+        a.set_title(sub, fontsize=9)
+        a.axis("off")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, args, name)
 
 
 def _save(fig, args, name):

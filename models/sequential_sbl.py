@@ -259,36 +259,27 @@ class _Design:
         return full
 
     def matvec(self, x):
-        """D x over the samples, (N,)."""
-        out = np.empty(self.n)
+        """D x over the samples: x of shape (M,) or (M, k) gives (N,) or (N, k)."""
+        x = np.asarray(x, dtype=np.float64)
+        out = np.empty((self.n,) + x.shape[1:])
         if self.by_point.any():
-            out[self.by_point] = self.dictionary.matvec(x)[self.point_rows]
+            op = self.dictionary.matvec if x.ndim == 1 else self.dictionary.matmat
+            out[self.by_point] = op(x)[self.point_rows]
         if len(self.extra):
             out[~self.by_point] = self.extra @ x
         return out
 
     def rmatvec(self, v):
-        """D^T v, (M,)."""
-        out = self.dictionary.rmatvec(self._scatter(v))
+        """D^T v: v of shape (N,) or (N, k) gives (M,) or (M, k)."""
+        v = np.asarray(v, dtype=np.float64)
+        op = self.dictionary.rmatvec if v.ndim == 1 else self.dictionary.rmatmat
+        out = op(self._scatter(v))
         if len(self.extra):
             out = out + self.extra.T @ v[~self.by_point]
         return out
 
-    def matmat(self, X):
-        """D X over the samples for X of shape (M, k), (N, k)."""
-        out = np.empty((self.n, X.shape[1]))
-        if self.by_point.any():
-            out[self.by_point] = self.dictionary.matmat(X)[self.point_rows]
-        if len(self.extra):
-            out[~self.by_point] = self.extra @ X
-        return out
-
-    def rmatmat(self, V):
-        """D^T V for V of shape (N, k), (M, k)."""
-        out = self.dictionary.rmatmat(self._scatter(V))
-        if len(self.extra):
-            out = out + self.extra.T @ V[~self.by_point]
-        return out
+    matmat = matvec
+    rmatmat = rmatvec
 
     def active_matvec(self, active, z):
         """D_a z over the samples for coefficients z of the functions ``active``."""

@@ -6,6 +6,8 @@
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .validation import check_matrix, check_positive
@@ -136,12 +138,10 @@ class Dictionary:
         return self.columns(np.arange(self.shape[1]))
 
 
-class DenseDictionary(Dictionary):
-    """A dense (P, M) array as a dictionary."""
+class _MatrixDictionary(Dictionary):
+    """A dictionary held as a matrix ``self.D`` (anything with ``@`` and ``.T``)."""
 
-    def __init__(self, D):
-        self.D = check_matrix("D", np.asarray(D, dtype=np.float64))
-        self.shape = self.D.shape
+    D: Any
 
     def matvec(self, x):
         return self.D @ x
@@ -151,6 +151,14 @@ class DenseDictionary(Dictionary):
 
     matmat = matvec
     rmatmat = rmatvec
+
+
+class DenseDictionary(_MatrixDictionary):
+    """A dense (P, M) array as a dictionary."""
+
+    def __init__(self, D):
+        self.D = check_matrix("D", np.asarray(D, dtype=np.float64))
+        self.shape = self.D.shape
 
     def columns(self, idx):
         return self.D[:, np.asarray(idx, dtype=np.int64).reshape(-1)]
@@ -165,7 +173,7 @@ class DenseDictionary(Dictionary):
         return self.D
 
 
-class SparseDictionary(Dictionary):
+class SparseDictionary(_MatrixDictionary):
     """A ``scipy.sparse`` (P, M) matrix as a dictionary."""
 
     def __init__(self, D):
@@ -174,15 +182,6 @@ class SparseDictionary(Dictionary):
         self.D = sp.csc_matrix(D, dtype=np.float64)
         self._rows = sp.csr_matrix(self.D)
         self.shape = self.D.shape
-
-    def matvec(self, x):
-        return self.D @ x
-
-    def rmatvec(self, v):
-        return self.D.T @ v
-
-    matmat = matvec
-    rmatmat = rmatvec
 
     def columns(self, idx):
         return self.D[:, np.asarray(idx, dtype=np.int64).reshape(-1)].toarray()
