@@ -354,7 +354,7 @@ class _Work:
         self.pos = {m: k for k, m in enumerate(self.active)}
         self.alpha = st.alpha.copy()
         K = len(self.active)
-        cap = max(16, 2 * K)
+        cap = max(64, int(1.25 * K))
         # Sigma and mu live in buffers with spare capacity, updated in place (a K x K temporary
         # per move would dominate the cost once K is in the thousands)
         self._Sbuf = np.zeros((cap, cap))
@@ -394,7 +394,7 @@ class _Work:
         self._mbuf[:K] = mu
 
     def _grow(self, K):
-        cap = max(2 * self._Sbuf.shape[0], K)
+        cap = max(int(1.25 * self._Sbuf.shape[0]) + 64, K)  # modest spare room: Sigma is the largest array
         S, m = np.zeros((cap, cap)), np.zeros(cap)
         k = len(self.active)
         S[:k, :k] = self._Sbuf[:k, :k]
