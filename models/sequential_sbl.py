@@ -785,7 +785,8 @@ def add_sample(state: SBLState, d_row, y_new):
     err = proj - row
     S = state.S + err**2 / var_star
     Q = state.Q + err * (m_star - y_new) / var_star
-    Sigma = state.Sigma - np.outer(Sd, Sd) / var_star
+    Sigma = state.Sigma.copy()  # the new state's own copy, updated in place (no K x K temporary)
+    _Work._rank_one(Sigma, -1.0 / var_star, Sd)
     mu = state.mu - (m_star - y_new) / var_star * Sd
     new = dataclasses.replace(
         state,
