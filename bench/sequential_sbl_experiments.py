@@ -18,7 +18,11 @@ C. The missing pixels with E[delta L] > 0 accepted (their predictions join the d
 D. Gaussian RBFs centred at every pixel, standard deviation ``--rbf-sd`` pixels (the paper's
    "radius 8"), fitted to the observed pixels; E[delta L] with S = all samples, as in the paper;
    predictive variance and the augmented variance of Rasmussen & Quinonero-Candela (a function
-   centred at the query pixel joins with prior precision 1 / var(y), our choice) (Fig. 5).
+   centred at the query pixel joins with prior precision 1 / var(y), our choice) (Fig. 5); beside
+   it, E[delta L] with the k nearest samples as S (``auc_edl_knn``).
+
+Maps as in the paper: E[delta L] divided by its largest magnitude (to [-1, 1]), errors and
+variances scaled to [0, 1] (min-max).
 
 The noise variance is fixed at ``--noise-var`` (1e-3: a standard deviation of 8 grey levels of
 255); the paper does not give its value. The paper reports FSIM, which is not implemented here.
@@ -220,7 +224,9 @@ def main(argv=None):
     t = time.perf_counter()
     augD = ss.augmented_variance(stD, missing, lambda q: rbf.columns([q])[:, 0], alpha_new)
     sec_aug = time.perf_counter() - t
+    edlD_knn, _ = uncertainty(stD, img, observed, missing, args.neighbours)
     report("D rbf", stD, reconD, secD, {"auc_edl": error_auc(errD, -edlD), "auc_variance": error_auc(errD, pvarD),
+                                        "auc_edl_knn": error_auc(errD, -edlD_knn),
                                         "auc_augmented_variance": error_auc(errD, augD),
                                         "share_negative_edl": float(np.mean(edlD < 0)),
                                         "augmented_seconds": sec_aug})
@@ -253,7 +259,8 @@ def figures(img, observed, missing, maps, stages_b, reconC, args, suffix):
 
     shape = img.shape
     names = []
-    scaled = lambda v: v / np.nanmax(np.abs(v)) if np.nanmax(np.abs(v)) > 0 else v
+    scaled = lambda v: v / np.nanmax(np.abs(v)) if np.nanmax(np.abs(v)) > 0 else v  # E[delta L]: to [-1, 1]
+    minmax = lambda v: (v - np.nanmin(v)) / max(np.nanmax(v) - np.nanmin(v), 1e-300)  # errors, variances: [0, 1]
 
     decimated = np.full(img.size, np.nan)
     decimated[observed] = img.ravel()[observed]
@@ -261,9 +268,9 @@ def figures(img, observed, missing, maps, stages_b, reconC, args, suffix):
     fig, ax = plt.subplots(2, 3, figsize=(11, 7.5))
     panels = [(img, "original", "gray", (0, 1)), (decimated.reshape(shape), "55% removed", "gray", (0, 1)),
               (reconA, "Haar scale 1 reconstruction", "gray", (0, 1)),
-              (_image(scaled(errA), missing, shape), "absolute error (scaled)", "magma", (0, 1)),
+              (_image(minmax(errA), missing, shape), "absolute error (scaled)", "magma", (0, 1)),
               (_image(scaled(edlA), missing, shape), "E[delta L] (scaled to [-1, 1])", "RdBu", (-1, 1)),
-              (_image(scaled(pvarA), missing, shape), "predictive variance (scaled)", "viridis", (0, 1))]
+              (_image(minmax(pvarA), missing, shape), "predictive variance (scaled)", "viridis", (0, 1))]
     names.append(_draw(fig, ax, panels, "Sequential SBL, Haar wavelets of scale 1 (Faul & Pilikos Fig. 1-2)", args,
                        f"sequential_sbl_haar1{suffix}.png"))
 
@@ -283,10 +290,10 @@ def figures(img, observed, missing, maps, stages_b, reconC, args, suffix):
     reconD, errD, edlD, pvarD, augD = maps["D"]
     fig, ax = plt.subplots(1, 5, figsize=(16, 3.6))
     panels = [(reconD, f"Gaussian RBFs (sd {args.rbf_sd:g} px)", "gray", (0, 1)),
-              (_image(scaled(errD), missing, shape), "absolute error (scaled)", "magma", (0, 1)),
+              (_image(minmax(errD), missing, shape), "absolute error (scaled)", "magma", (0, 1)),
               (_image(scaled(edlD), missing, shape), "E[delta L], S = all samples", "RdBu", (-1, 1)),
-              (_image(scaled(pvarD), missing, shape), "predictive variance", "viridis", (0, 1)),
-              (_image(scaled(augD), missing, shape), "augmented variance", "viridis", (0, 1))]
+              (_image(minmax(pvarD), missing, shape), "predictive variance", "viridis", (0, 1)),
+              (_image(minmax(augD), missing, shape), "augmented variance", "viridis", (0, 1))]
     names.append(_draw(fig, ax, panels, "Gaussian RBFs (Fig. 5)", args, f"sequential_sbl_rbf{suffix}.png"))
     return names
 
