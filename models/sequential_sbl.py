@@ -201,6 +201,28 @@ class SBLState:
 
         return check_guide(self, num_particles=num_particles, seed=seed, rtol=rtol)
 
+    observed_site = "y"
+    inference = "type-II maximum likelihood (fast marginal likelihood), exact Gaussian guide"
+
+    @property
+    def observed_value(self):
+        return self.y
+
+    def sample(self, key, num_samples):
+        """Draws of the active coefficients from q(c) = N(mu, Sigma): {"c": (num_samples, K)}."""
+        import jax
+
+        draws = jax.random.multivariate_normal(key, self.mu, self.Sigma, shape=(int(num_samples),),
+                                               method="eigh")
+        return {"c": np.asarray(draws)}
+
+    def to_inference_data(self, num_samples=1000, seed=0):
+        """ArviZ ``InferenceData``: draws of c, pointwise log-likelihoods (for ``az.loo``), y, and
+        the trace of L (``sample_stats.elbo_trace``, one entry per move)."""
+        from ppl_sbl.arviz import to_inference_data
+
+        return to_inference_data(self, num_samples=num_samples, seed=seed)
+
     def predict(self, rows):
         """Predictive mean and variance at dictionary points or rows, eq. (1)."""
         return predict(self, rows)

@@ -21,17 +21,18 @@ def to_inference_data(result, num_samples: int = 1000, seed: int = 0):
 
     key = jax.random.PRNGKey(seed)
     draws = result.sample(key, num_samples)
-    observed = result.guide_spec.observed
+    observed = getattr(result, "observed_site", None) or result.guide_spec.observed
     loglik = log_likelihood(result.model, draws, *result.args, **result.kwargs)
-    data = result.data
-    obs_value = np.asarray(getattr(data, observed))
+    obs_value = np.asarray(getattr(result, "observed_value", None) if hasattr(result, "observed_value")
+                           else getattr(result.data, observed))
     idata = az.from_dict(
         posterior={k: v[None] for k, v in draws.items() if k != observed},
         log_likelihood={k: np.asarray(v)[None] for k, v in loglik.items()},
         observed_data={observed: obs_value},
         sample_stats={"elbo_trace": np.asarray(result.elbo_trace)[None, None, :]},
         dims={"elbo_trace": ["sweep"]},
-        attrs={"elbo": result.elbo, "bound": result.bound, "inference": "closed-form CAVI"},
+        attrs={"elbo": result.elbo, "bound": result.bound,
+               "inference": getattr(result, "inference", "closed-form CAVI")},
     )
     return idata
 

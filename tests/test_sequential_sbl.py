@@ -260,3 +260,27 @@ def test_repeated_points_count_twice():
     assert c.log_marginal_likelihood == pytest.approx(direct_L(dense[rows], y, c.alpha, c.noise_var)[0], rel=1e-9)
     S, Q = direct_SQ(dense[rows], y, direct_L(dense[rows], y, c.alpha, c.noise_var)[1])
     np.testing.assert_allclose(c.S, S, rtol=1e-7, atol=1e-7 * np.abs(S).max())
+
+
+def test_compare_and_inference_data():
+    """The state plugs into compare (ranked by L) and ArviZ (az.loo on its pointwise likelihood)."""
+    import arviz as az
+
+    import ppl_sbl
+
+    D, y, _ = problem(6)
+    good = ss.fit(D, y, noise_var=0.1)
+    poor = ss.fit(D[:, :5], y, noise_var=0.1)
+    table = ppl_sbl.compare({"all functions": good, "five": poor})
+    assert list(table.index) == ["all functions", "five"]
+    assert table.loc["all functions", "elbo"] == pytest.approx(good.log_marginal_likelihood)
+    assert table.loc["all functions", "n_relevant"] == len(good.active)
+    idata = good.to_inference_data(num_samples=400)
+    assert idata.posterior["c"].shape == (1, 400, len(good.active))
+    assert idata.log_likelihood["y"].shape == (1, 400, len(y))
+    assert np.isfinite(az.loo(idata).elpd_loo)
+    # the pointwise log-likelihood is the model's: log N(y_n | d_n^T c, sigma^2)
+    c = idata.posterior["c"].values[0, 0]
+    Da = D[:, good.active]
+    expect = -0.5 * (np.log(2 * np.pi * 0.1) + (y - Da @ c) ** 2 / 0.1)
+    np.testing.assert_allclose(idata.log_likelihood["y"].values[0, 0], expect, rtol=1e-6)
