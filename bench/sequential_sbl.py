@@ -7,7 +7,10 @@ random; dictionary: the 2-D Haar wavelets of scale 1 (M = number of pixels). Arm
 (a) ``sequential_sbl.fit`` at the fixed noise variance ``--noise-var`` (the image experiment's
     setting);
 (b) ``sequential_sbl.fit(update_noise=True)``, started from sigma^2 = var(y), the setting that is
-    comparable with ARDRegression, which re-estimates the noise too;
+    comparable with ARDRegression, which re-estimates the noise too: sigma^2 after every move (the
+    issue's rule; each re-estimate is a K x K Cholesky factorisation, O(K^3), so this arm runs at
+    the sizes in ``--noise-sizes`` only) and, as (b'), after every ``--noise-every`` moves
+    (``noise_every``; at every ARD size);
 (c) ``sklearn.linear_model.ARDRegression(fit_intercept=False)`` on the dense design matrix (N x M)
     with its defaults (max_iter 300, tol 1e-3, threshold_lambda 1e4), at the sizes in
     ``--ard-sizes`` only (it works with N x N matrices); where the largest size is not run, its
@@ -87,12 +90,19 @@ def run_size(size, args):
           f"K {len(st_a.active):5d}  moves {len(st_a.moves):6d}  peak memory {peak / 2**20:.1f} MiB "
           f"(one N x N matrix: {row['dense_nxn_bytes'] / 2**20:.1f} MiB)", flush=True)
 
-    if size in args.noise_sizes:
+    noise_fits = {}
+    for key, every, sizes in [("update_noise", 1, args.noise_sizes),
+                              ("update_noise_every", args.noise_every, args.ard_sizes)]:
+        if size not in sizes:
+            continue
         start = float(np.var(y))
-        st_b, sec_b = timed(lambda: ss.fit(D, y, rows=observed, noise_var=start, update_noise=True))
-        row["update_noise"] = {"seconds": sec_b, "L": st_b.log_marginal_likelihood, "active": int(len(st_b.active)),
-                               "moves": len(st_b.moves), "noise_var": st_b.noise_var, "converged": st_b.converged}
-        print(f"  (b) fit, update_noise          : {sec_b:8.2f}s  L {st_b.log_marginal_likelihood:12.3f}  "
+        st_b, sec_b = timed(lambda: ss.fit(D, y, rows=observed, noise_var=start, update_noise=True, noise_every=every))
+        noise_fits[key] = st_b
+        row[key] = {"seconds": sec_b, "L": st_b.log_marginal_likelihood, "active": int(len(st_b.active)),
+                    "moves": len(st_b.moves), "noise_var": st_b.noise_var, "converged": st_b.converged,
+                    "noise_every": every}
+        label = "(b) fit, update_noise" if every == 1 else f"(b') update_noise, every {every}"
+        print(f"  {label:<31}: {sec_b:8.2f}s  L {st_b.log_marginal_likelihood:12.3f}  "
               f"K {len(st_b.active):5d}  moves {len(st_b.moves):6d}  sigma^2 {st_b.noise_var:.3g}", flush=True)
 
     if size in args.ard_sizes:
@@ -107,17 +117,18 @@ def run_size(size, args):
         L_c = ss.log_marginal_likelihood(base, alpha=alpha, noise_var=1.0 / ard.alpha_)
         row["ard"] = {"seconds": sec_c, "L": L_c, "active": int(keep.sum()), "iterations": int(ard.n_iter_),
                       "noise_var": float(1.0 / ard.alpha_)}
-        if "update_noise" in row:
-            # how long (b) took to pass ARD's log marginal likelihood
+        for key, st_b in noise_fits.items():
+            # how long (b) / (b') took to pass ARD's log marginal likelihood
             tr, ts = np.asarray(st_b.trace[1:]), np.asarray(st_b.trace_seconds)
             hit = np.flatnonzero(tr >= L_c)
-            row["update_noise"]["seconds_to_ard_L"] = float(ts[hit[0]]) if len(hit) else None
+            row[key]["seconds_to_ard_L"] = float(ts[hit[0]]) if len(hit) else None
         print(f"  (c) sklearn ARDRegression      : {sec_c:8.2f}s  L {L_c:12.3f}  K {int(keep.sum()):5d}  "
               f"iterations {ard.n_iter_}  sigma^2 {1.0 / ard.alpha_:.3g}", flush=True)
-        if "update_noise" in row:
-            hit = row["update_noise"]["seconds_to_ard_L"]
-            print(f"      (b) passes ARD's L after {hit:.3f}s = {sec_c / hit:.1f} x faster than ARD" if hit else
-                  "      (b) never reaches ARD's L", flush=True)
+        for key, label in (("update_noise", "(b)"), ("update_noise_every", "(b')")):
+            if key in row:
+                hit = row[key]["seconds_to_ard_L"]
+                print(f"      {label} passes ARD's L after {hit:.3f}s: ARD's time / this {sec_c / hit:.1f}" if hit else
+                      f"      {label} never reaches ARD's L", flush=True)
 
     # (d) add_sample against a refit
     picks = unobserved[: args.new_samples]
@@ -152,15 +163,16 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="sizes 16 and 32, ARD at 16 and 32 (seconds)")
     p.add_argument("--sizes", type=int, nargs="+", default=[32, 64, 128])
     p.add_argument("--ard-sizes", type=int, nargs="+", default=[32, 48, 64])
-    p.add_argument("--noise-sizes", type=int, nargs="+", default=[32, 48, 64],
-                   help="sizes at which (b) runs (default: those of ARD)")
+    p.add_argument("--noise-sizes", type=int, nargs="+", default=[32, 48],
+                   help="sizes at which (b), sigma^2 after every move, runs (default 32 48)")
+    p.add_argument("--noise-every", type=int, default=50, help="(b')'s noise_every (default 50)")
     p.add_argument("--noise-var", type=float, default=1e-3)
     p.add_argument("--new-samples", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=os.path.join(HERE, "results", "sequential_sbl_cpu.json"))
     args = p.parse_args(argv)
     if args.quick:
-        args.sizes, args.ard_sizes, args.noise_sizes, args.new_samples = [16, 32], [16, 32], [16, 32], 10
+        args.sizes, args.ard_sizes, args.noise_sizes, args.new_samples, args.noise_every = [16, 32], [16, 32], [16, 32], 10, 10
     sizes = sorted(set(args.sizes) | set(args.ard_sizes))
     env = environment("sklearn", "skimage")
     print(f"# sequential SBL benchmark  {env['date']}  backend=cpu (NumPy)  cpus={env['cpu_count']}  "
@@ -168,27 +180,35 @@ def main(argv=None):
     rows = [run_size(s, args) for s in sizes]
 
     ard = [r for r in rows if "ard" in r]
-    noise = {r["size"]: r for r in rows if "update_noise" in r}
     summary = {}
-    print("\nsize     N      M | (a) fit s   (b) noise s   (c) ARD s |  (c)/(b)   L(b)-L(c) | add_sample ms  refit/add", flush=True)
+    nan = float("nan")
+    print("\nsize     N      M | (a) fit s   (b) s  (b') s  (c) ARD s | (c)/(b) (c)/(b') | L(b)-L(c) L(b')-L(c) | "
+          "add_sample ms  refit/add", flush=True)
     for r in rows:
-        b = r.get("update_noise")
-        c = r.get("ard")
-        ratio = c["seconds"] / b["seconds"] if b and c else None
-        dL = b["L"] - c["L"] if b and c else None
+        b, b2, c = r.get("update_noise"), r.get("update_noise_every"), r.get("ard")
+        ratio = lambda x: c["seconds"] / x["seconds"] if x and c else nan
+        diff = lambda x: x["L"] - c["L"] if x and c else nan
         print(f"{r['size']:>4} {r['n']:>5} {r['m']:>6} | {r['fixed_noise']['seconds']:>9.2f} "
-              f"{b['seconds'] if b else float('nan'):>13.2f} {c['seconds'] if c else float('nan'):>11.2f} | "
-              f"{ratio if ratio else float('nan'):>8.1f} {dL if dL is not None else float('nan'):>11.3f} | "
+              f"{b['seconds'] if b else nan:>7.2f} {b2['seconds'] if b2 else nan:>7.2f} {c['seconds'] if c else nan:>10.2f} | "
+              f"{ratio(b):>7.2f} {ratio(b2):>8.2f} | {diff(b):>9.2f} {diff(b2):>10.2f} | "
               f"{1e3 * r['add_sample']['mean_seconds']:>13.3f} {r['add_sample']['refit_over_add_sample']:>10.0f}", flush=True)
     if ard:
         largest = max(ard, key=lambda r: r["size"])
         summary["ard_largest_size"] = largest["size"]
-        if largest["size"] in noise:
-            b = noise[largest["size"]]["update_noise"]
-            summary["fit_speedup_at_largest_ard_size"] = largest["ard"]["seconds"] / b["seconds"]
-            summary["L_ours_minus_ard"] = b["L"] - largest["ard"]["L"]
-            if b.get("seconds_to_ard_L"):
-                summary["speedup_to_ard_L_at_largest_ard_size"] = largest["ard"]["seconds"] / b["seconds_to_ard_L"]
+        for key, tag in (("update_noise", "every_move"), ("update_noise_every", "noise_every")):
+            if key in largest:
+                b = largest[key]
+                summary[f"ard_over_ours_{tag}_at_largest_ard_size"] = largest["ard"]["seconds"] / b["seconds"]
+                summary[f"L_ours_{tag}_minus_ard"] = b["L"] - largest["ard"]["L"]
+                if b.get("seconds_to_ard_L"):
+                    summary[f"ard_over_ours_{tag}_to_ard_L"] = largest["ard"]["seconds"] / b["seconds_to_ard_L"]
+        both = [r for r in ard if "update_noise" in r]
+        if both and max(r["size"] for r in both) < largest["size"]:
+            r = max(both, key=lambda r: r["size"])
+            summary["every_move_largest_size_run"] = r["size"]
+            summary["ard_over_ours_every_move_there"] = r["ard"]["seconds"] / r["update_noise"]["seconds"]
+            print(f"# (b), sigma^2 after every move, ran up to {r['size']} x {r['size']} (ARD finished "
+                  f"{largest['size']} x {largest['size']}): too slow beyond, O(K^3) per move", flush=True)
         ex = loglog([r["size"] ** 2 for r in ard], [r["ard"]["seconds"] for r in ard], max(sizes) ** 2)
         if ex and max(sizes) not in {r["size"] for r in ard}:
             summary["ard_extrapolated_seconds_at_largest"] = ex[0]
@@ -199,9 +219,9 @@ def main(argv=None):
     biggest = max(rows, key=lambda r: r["size"])
     summary["peak_bytes_at_largest"] = biggest["fixed_noise"]["peak_bytes"]
     summary["dense_nxn_bytes_at_largest"] = biggest["dense_nxn_bytes"]
-    goals = {
-        "fit_20x_faster_than_ard": summary.get("fit_speedup_at_largest_ard_size", 0) >= 20,
-        "L_at_least_ard": summary.get("L_ours_minus_ard", -1) >= -1e-6,
+    goals = {  # the issue's: sigma^2 re-estimated after every move, at the largest size ARD finished
+        "fit_20x_faster_than_ard": summary.get("ard_over_ours_every_move_at_largest_ard_size", 0) >= 20,
+        "L_at_least_ard": summary.get("L_ours_every_move_minus_ard", -1) >= -1e-6,
         "add_sample_100x_faster_than_refit": summary["add_sample_speedup_min"] >= 100,
         "peak_below_one_nxn_at_largest": summary["peak_bytes_at_largest"] < summary["dense_nxn_bytes_at_largest"],
     }

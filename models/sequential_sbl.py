@@ -514,77 +514,55 @@ class _Work:
             self.gram = self.gram[:last, :last]
 
     # the noise variance ----------------------------------------------------------------------
-    def _posterior(self, noise_var):
-        """Sigma, mu and L at noise_var with alpha fixed, by a Cholesky factorisation (O(K^3))."""
+    def _likelihood_at(self, noise_var):
+        """L at noise_var with alpha fixed, and the Cholesky factor of Sigma^-1 = A + D_a^T D_a /
+        sigma^2 it comes from (O(K^3 / 3)): log|C| = N log sigma^2 - sum log alpha + log|Sigma^-1|,
+        y^T C^-1 y = (y^T y - z^T Sigma z / sigma^2) / sigma^2 with z = D_a^T y."""
         a = np.asarray(self.active, dtype=np.int64)
         N, beta = self.design.n, 1.0 / noise_var
         if len(a) == 0:
-            return np.zeros((0, 0)), np.zeros(0), float(-0.5 * (N * LOG_2PI + N * math.log(noise_var)
-                                                                 + beta * self.st.yty))
+            return float(-0.5 * (N * LOG_2PI + N * math.log(noise_var) + beta * self.st.yty)), None
         chol = np.linalg.cholesky(np.diag(self.alpha[a]) + beta * self.gram)
-        inv = scipy.linalg.solve_triangular(chol, np.eye(len(a)), lower=True)  # Sigma = inv^T inv
-        Sigma = inv.T @ inv
-        mu = beta * Sigma @ self.st.Dty[a]
+        w = scipy.linalg.solve_triangular(chol, self.st.Dty[a], lower=True)  # z^T Sigma z = |w|^2
         L = -0.5 * (N * LOG_2PI + N * math.log(noise_var) - np.sum(np.log(self.alpha[a]))
-                    + 2.0 * np.sum(np.log(np.diag(chol))) + beta * (self.st.yty - self.st.Dty[a] @ mu))
-        return (Sigma, inv), mu, float(L)
+                    + 2.0 * np.sum(np.log(np.diag(chol))) + beta * (self.st.yty - beta * w @ w))
+        return float(L), chol
 
-    def _noise_profile(self):
-        """L as a function of sigma^2 at fixed alpha, O(K) per value after one O(K^3) eigen-
-        decomposition: with A^-1/2 D_a^T D_a A^-1/2 = V diag(lam) V^T and u = V^T A^-1/2 D_a^T y,
-
-            log|C| = N log sigma^2 + sum_k log(1 + lam_k / sigma^2),
-            y^T C^-1 y = (y^T y - sum_k u_k^2 / (sigma^2 + lam_k)) / sigma^2.
-
-        Returns (L(sigma^2), posterior(sigma^2) -> (Sigma, mu))."""
+    def _posterior_from(self, chol, noise_var):
+        """Sigma = F^T F with F = chol^-1, mu = Sigma z / sigma^2."""
+        if chol is None:
+            return (np.zeros((0, 0)), np.zeros((0, 0))), np.zeros(0)
         a = np.asarray(self.active, dtype=np.int64)
-        N, yty = self.design.n, self.st.yty
-        if len(a) == 0:
-            lam, u = np.zeros(0), np.zeros(0)
-            basis_, z = np.zeros((0, 0)), np.zeros(0)
-        else:
-            scale = 1.0 / np.sqrt(self.alpha[a])
-            lam, V = np.linalg.eigh(self.gram * np.outer(scale, scale))
-            lam = np.maximum(lam, 0.0)
-            basis_ = scale[:, None] * V  # Sigma = basis diag(sigma^2 / (sigma^2 + lam)) basis^T
-            z = self.st.Dty[a]
-            u = basis_.T @ z
+        F = scipy.linalg.solve_triangular(chol, np.eye(len(a)), lower=True)
+        Sigma = F.T @ F
+        return (Sigma, F), Sigma @ self.st.Dty[a] / noise_var
 
-        def L(noise_var):
-            return float(-0.5 * (N * LOG_2PI + N * math.log(noise_var) + np.sum(np.log1p(lam / noise_var))
-                                 + (yty - np.sum(u**2 / (noise_var + lam))) / noise_var))
-
-        def posterior(noise_var):
-            root = basis_ * np.sqrt(noise_var / (noise_var + lam))  # Sigma = root root^T
-            Sigma = root @ root.T
-            return (Sigma, root.T), Sigma @ z / noise_var
-
-        return L, posterior
-
-    def reestimate_noise(self, max_halvings=30):
+    def reestimate_noise(self, max_halvings=6):
         """sigma^2 = ||y - D_a mu||^2 / (N - K + sum_k alpha_k Sigma_kk) (T&F eq. 33), kept only
-        where it does not lower L; otherwise the largest step towards it (halving) that does not."""
+        where it does not lower L; otherwise the largest step towards it (halving) that does not.
+        Each value tried costs one Cholesky factorisation."""
         a = np.asarray(self.active, dtype=np.int64)
         N = self.design.n
         resid = self.st.y - self.design.active_matvec(a, self.mu) if len(a) else self.st.y
         dof = N - len(a) + float(np.sum(self.alpha[a] * np.diag(self.Sigma))) if len(a) else N
         proposal = float(resid @ resid) / max(dof, 1e-12)
         old = self.noise_var
-        if not np.isfinite(proposal) or proposal <= 0 or abs(proposal - old) <= 1e-15 * old:
+        if not np.isfinite(proposal) or proposal <= 0:
             return False
-        # the proposal first, by one Cholesky factorisation; a search only where it lowers L
-        Sigma, mu, L = self._posterior(proposal)
-        if L >= self.L:
-            self._set_noise(proposal, Sigma, mu, L)
-            return True
-        L_of, posterior = self._noise_profile()
-        step = 0.5
+        # dL/dsigma^2 = beta^2 dof (proposal - sigma^2) / 2: the proposal always points uphill; skip
+        # it where even the first-order gain is at rounding level
+        if 0.5 * dof * ((proposal - old) / old) ** 2 <= 1e-13 * max(1.0, abs(self.L)):
+            return False
+        # compared with L at the old value by the same formula, so that rounding (large where
+        # sigma^2 is small) does not decide; the state's L moves by the difference
+        reference, _ = self._likelihood_at(old)
+        step = 1.0
         for _ in range(max_halvings):
             value = old + step * (proposal - old)
-            L = L_of(value)
-            if L >= self.L:
-                Sigma, mu = posterior(value)
-                self._set_noise(value, Sigma, mu, L)
+            L, chol = self._likelihood_at(value)
+            if L >= reference:
+                posterior, mu = self._posterior_from(chol, value)
+                self._set_noise(value, posterior, mu, self.L + (L - reference))
                 return True
             step /= 2.0
         return False
@@ -661,7 +639,8 @@ def _initial_state(D, y, rows, noise_var):
                     S=beta * norms, Q=beta * Dty, log_marginal_likelihood=L, trace=[L], moves=[], Dty=Dty, yty=yty)
 
 
-def fit(D, y, *, noise_var, update_noise=False, tol=1e-13, max_steps=100000, rows=None, progress_bar=None):
+def fit(D, y, *, noise_var, update_noise=False, noise_every=1, tol=1e-13, max_steps=100000, rows=None,
+        progress_bar=None):
     """Fast marginal likelihood maximisation (Tipping & Faul 2003), a deterministic path.
 
     Parameters
@@ -676,6 +655,9 @@ def fit(D, y, *, noise_var, update_noise=False, tol=1e-13, max_steps=100000, row
         does not lower L (otherwise the largest step towards it, by halving, that does not).
         This keeps D_a^T D_a (K x K) and costs a Cholesky factorisation (O(K^3)) and 2K products
         with the dictionary per move.
+    noise_every : int
+        With ``update_noise``, re-estimate sigma^2 only after every ``noise_every``-th move (and
+        where no other move gains); 1 (default) is the rule above.
     tol : float
         Stop when the largest gain of a move is at most ``tol * max(1, |L|)``.
     rows : (N,) int, optional
@@ -692,22 +674,43 @@ def fit(D, y, *, noise_var, update_noise=False, tol=1e-13, max_steps=100000, row
     check_positive("noise_var", noise_var)
     y, rows = _check_samples(D, y, rows)
     state = _initial_state(D, y, rows, float(noise_var))
-    return resume(state, update_noise=update_noise, tol=tol, max_steps=max_steps, progress_bar=progress_bar)
+    return resume(state, update_noise=update_noise, noise_every=noise_every, tol=tol, max_steps=max_steps,
+                  progress_bar=progress_bar)
 
 
-def resume(state: SBLState, *, update_noise=False, tol=1e-13, max_steps=100000, progress_bar=None):
-    """Go on maximising L from ``state`` (after :func:`add_sample` or :func:`add_basis`)."""
+def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max_steps=100000, progress_bar=None):
+    """Go on maximising L from ``state`` (after :func:`add_sample` or :func:`add_basis`).
+
+    ``noise_every``: with ``update_noise``, re-estimate sigma^2 after every ``noise_every``-th
+    move (1, the default, is after every move; each re-estimate costs O(K^3), so larger values
+    trade the path for speed, as Tipping's SparseBayes does) and always once more where no move
+    gains, continuing if that raises L by more than the tolerance.
+    """
+    if int(noise_every) < 1:
+        raise ValueError(f"`noise_every` must be >= 1; got {noise_every!r}.")
     start = time.perf_counter()
     work = _Work(state, keep_gram=update_noise)
     if update_noise:
         work.sq_norms = work.design.sq_norms()
     bar = _bar(progress_bar, max_steps)
     converged = False
+
+    def noise_move():
+        before = work.L
+        if work.reestimate_noise():
+            work.trace.append(work.L)
+            work.moves.append(("noise", -1))
+            work.trace_seconds.append(time.perf_counter() - start)
+            return work.L - before
+        return 0.0
+
     for step in range(int(max_steps)):
         gain, new = _gains(work.alpha, work.S, work.Q)
         m = int(np.argmax(gain))
         best = float(gain[m])
         if not (best > tol * max(1.0, abs(work.L))):
+            if update_noise and noise_move() > tol * max(1.0, abs(work.L)):
+                continue
             converged = True
             break
         if not np.isfinite(work.alpha[m]):
@@ -723,10 +726,8 @@ def resume(state: SBLState, *, update_noise=False, tol=1e-13, max_steps=100000, 
         work.trace.append(work.L)
         work.moves.append((kind, m))
         work.trace_seconds.append(time.perf_counter() - start)
-        if update_noise and work.reestimate_noise():
-            work.trace.append(work.L)
-            work.moves.append(("noise", -1))
-            work.trace_seconds.append(time.perf_counter() - start)
+        if update_noise and (step + 1) % int(noise_every) == 0:
+            noise_move()
         if bar is not None and step % 50 == 0:
             bar.update(50 if step else 0)
             bar.set_postfix(L=f"{work.L:.4f}", active=len(work.active))

@@ -36,10 +36,10 @@ def direct_posterior(D, y, alpha, noise_var):
 
 
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("update_noise", [False, True])
-def test_fit_never_decreases_and_equals_direct(seed, update_noise):
+@pytest.mark.parametrize("update_noise, noise_every", [(False, 1), (True, 1), (True, 7)])
+def test_fit_never_decreases_and_equals_direct(seed, update_noise, noise_every):
     D, y, _ = problem(seed)
-    st = ss.fit(D, y, noise_var=0.5 if update_noise else 0.1, update_noise=update_noise)
+    st = ss.fit(D, y, noise_var=0.5 if update_noise else 0.1, update_noise=update_noise, noise_every=noise_every)
     assert st.converged
     assert np.all(np.diff(st.trace) >= -1e-10 * max(1.0, abs(st.trace[-1])))
     L, C = direct_L(D, y, st.alpha, st.noise_var)
@@ -57,6 +57,9 @@ def test_fit_never_decreases_and_equals_direct(seed, update_noise):
     if update_noise:
         assert any(kind == "noise" for kind, _ in st.moves)
         assert st.noise_var != 0.5
+        # converged in sigma^2 too: L at sigma^2 is a maximum along sigma^2 (alpha fixed)
+        for factor in (0.99, 1.01):
+            assert direct_L(D, y, st.alpha, st.noise_var * factor)[0] <= L + 1e-9 * abs(L)
 
 
 def test_first_move_and_gains_are_exact():
