@@ -123,6 +123,10 @@ class SBLState:
     trace_seconds : list of float
         Seconds since the start of the last :func:`fit`/:func:`resume` at each entry of the
         trace it added.
+    refresh_drift : list of (int, float)
+        At each exact refresh (see :func:`resume`): the move count and how far the L accumulated
+        from the moves' gains had drifted from L recomputed from scratch (rounding of the rank-one
+        updates; large only for ill-conditioned dictionaries).
     converged : bool
     """
 
@@ -142,6 +146,7 @@ class SBLState:
     moves: list
     converged: bool = False
     trace_seconds: list = dataclasses.field(default_factory=list)
+    refresh_drift: list = dataclasses.field(default_factory=list)
     seconds: float = 0.0
     # cached statistics: D^T y and the sum of y^2
     Dty: Optional[np.ndarray] = None
@@ -368,7 +373,7 @@ def _gains(alpha, S, Q):
 class _Work:
     """Mutable buffers for a run of moves; ``state()`` hands out an immutable copy."""
 
-    def __init__(self, st: SBLState, keep_gram=False):
+    def __init__(self, st: SBLState):
         self.st = st
         self.design = _design(st)
         self.beta = 1.0 / st.noise_var
@@ -383,21 +388,20 @@ class _Work:
         self._Sbuf[:K, :K] = st.Sigma
         self._mbuf = np.zeros(cap)
         self._mbuf[:K] = st.mu
+        # D_a^T D_a, for the noise re-estimate and the exact refreshes
+        self._Gbuf = np.zeros((cap, cap))
+        a = np.asarray(self.active, dtype=np.int64)
+        for k, m in enumerate(self.active):
+            self._Gbuf[:K, k] = self.design.rmatvec(self._column(m))[a]
         self.S = st.S.copy()
         self.Q = st.Q.copy()
         self.L = st.log_marginal_likelihood
         self.trace = list(st.trace)
         self.moves = list(st.moves)
         self.trace_seconds = []
+        self.drift = list(st.refresh_drift)
         self.noise_var = st.noise_var
         self.sq_norms = None
-        self.keep_gram = keep_gram
-        self.gram = None  # D_a^T D_a (K, K), kept only to re-estimate the noise
-        if keep_gram:
-            self.gram = np.empty((K, K))
-            a = np.asarray(self.active, dtype=np.int64)
-            for k, m in enumerate(self.active):
-                self.gram[:, k] = self.design.rmatvec(self._column(m))[a]
 
     @property
     def Sigma(self):
@@ -408,6 +412,11 @@ class _Work:
     def mu(self):
         return self._mbuf[:len(self.active)]
 
+    @property
+    def gram(self):
+        K = len(self.active)
+        return self._Gbuf[:K, :K]
+
     def _set_posterior(self, Sigma, mu):
         K = len(mu)
         if K > self._Sbuf.shape[0]:
@@ -417,11 +426,12 @@ class _Work:
 
     def _grow(self, K):
         cap = max(int(1.25 * self._Sbuf.shape[0]) + 64, K)  # modest spare room: Sigma is the largest array
-        S, m = np.zeros((cap, cap)), np.zeros(cap)
+        S, G, m = np.zeros((cap, cap)), np.zeros((cap, cap)), np.zeros(cap)
         k = len(self.active)
         S[:k, :k] = self._Sbuf[:k, :k]
+        G[:k, :k] = self._Gbuf[:k, :k]
         m[:k] = self._mbuf[:k]
-        self._Sbuf, self._mbuf = S, m
+        self._Sbuf, self._Gbuf, self._mbuf = S, G, m
 
     @staticmethod
     def _rank_one(A, coef, x, chunk=256):
@@ -465,12 +475,9 @@ class _Work:
         self.active.append(int(i))
         self.pos[int(i)] = K
         self.alpha[i] = alpha_i
-        if self.keep_gram:
-            a = np.asarray(self.active, dtype=np.int64)  # the new function is last
-            gram = np.empty((K + 1, K + 1))
-            gram[:K, :K] = self.gram
-            gram[K, :] = gram[:, K] = g[a]
-            self.gram = gram
+        a = np.asarray(self.active, dtype=np.int64)  # the new function is last
+        self._Gbuf[K, :K + 1] = g[a]
+        self._Gbuf[:K + 1, K] = g[a]
 
     def update(self, j_fn, alpha_new):
         j = self.pos[j_fn]
@@ -503,15 +510,12 @@ class _Work:
             self._mbuf[j] = self._mbuf[last]
             self.active[j] = self.active[last]
             self.pos[self.active[j]] = j
-            if self.keep_gram:
-                self.gram[j, :] = self.gram[last, :]
-                self.gram[:, j] = self.gram[:, last]
-                self.gram[j, j] = self.gram[last, last]
+            self._Gbuf[j, :last + 1] = self._Gbuf[last, :last + 1]
+            self._Gbuf[:last + 1, j] = self._Gbuf[:last + 1, last]
+            self._Gbuf[j, j] = self._Gbuf[last, last]
         self.active.pop()
         del self.pos[j_fn]
         self.alpha[j_fn] = np.inf
-        if self.keep_gram:
-            self.gram = self.gram[:last, :last]
 
     # the noise variance ----------------------------------------------------------------------
     def _likelihood_at(self, noise_var):
@@ -591,15 +595,24 @@ class _Work:
             self.S = self.beta * self.sq_norms
             self.Q = self.beta * self.st.Dty
 
+    def refresh(self):
+        """Sigma, mu, S, Q and L recomputed from the Gram matrix of the active functions (a K x K
+        Cholesky factorisation and 2K products with the dictionary): the rank-one updates lose
+        accuracy over many moves when the dictionary is ill-conditioned (overlapping RBFs)."""
+        L, chol = self._likelihood_at(self.noise_var)
+        posterior, mu = self._posterior_from(chol, self.noise_var)
+        self.drift.append((len(self.moves), float(self.L - L)))
+        self._set_noise(self.noise_var, posterior, mu, L)
+
     def state(self, *, converged, seconds, exact=True):
         a = np.asarray(self.active, dtype=np.int64)
         st = dataclasses.replace(
             self.st, noise_var=float(self.noise_var), active=a, alpha=self.alpha.copy(), mu=self.mu.copy(),
             Sigma=self.Sigma.copy(), S=self.S.copy(), Q=self.Q.copy(), log_marginal_likelihood=float(self.L),
             trace=list(self.trace), moves=list(self.moves), converged=bool(converged), seconds=float(seconds),
-            trace_seconds=list(self.trace_seconds))
+            trace_seconds=list(self.trace_seconds), refresh_drift=list(self.drift))
         if exact:
-            st.log_marginal_likelihood = log_marginal_likelihood(st)
+            st.log_marginal_likelihood = self._likelihood_at(self.noise_var)[0]
         return st
 
 
@@ -640,7 +653,7 @@ def _initial_state(D, y, rows, noise_var):
 
 
 def fit(D, y, *, noise_var, update_noise=False, noise_every=1, tol=1e-13, max_steps=100000, rows=None,
-        progress_bar=None):
+        refresh_every=500, progress_bar=None):
     """Fast marginal likelihood maximisation (Tipping & Faul 2003), a deterministic path.
 
     Parameters
@@ -659,7 +672,8 @@ def fit(D, y, *, noise_var, update_noise=False, noise_every=1, tol=1e-13, max_st
         With ``update_noise``, re-estimate sigma^2 only after every ``noise_every``-th move (and
         where no other move gains); 1 (default) is the rule above.
     tol : float
-        Stop when the largest gain of a move is at most ``tol * max(1, |L|)``.
+        Stop when the largest gain of a move is at most ``tol * max(1, |L|)`` (checked with exact
+        statistics, see ``refresh_every`` of :func:`resume`).
     rows : (N,) int, optional
         The points of ``D`` at which y was sampled (default: row n of D for sample n).
 
@@ -675,21 +689,26 @@ def fit(D, y, *, noise_var, update_noise=False, noise_every=1, tol=1e-13, max_st
     y, rows = _check_samples(D, y, rows)
     state = _initial_state(D, y, rows, float(noise_var))
     return resume(state, update_noise=update_noise, noise_every=noise_every, tol=tol, max_steps=max_steps,
-                  progress_bar=progress_bar)
+                  refresh_every=refresh_every, progress_bar=progress_bar)
 
 
-def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max_steps=100000, progress_bar=None):
+def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max_steps=100000, refresh_every=500,
+           progress_bar=None):
     """Go on maximising L from ``state`` (after :func:`add_sample` or :func:`add_basis`).
 
     ``noise_every``: with ``update_noise``, re-estimate sigma^2 after every ``noise_every``-th
     move (1, the default, is after every move; each re-estimate costs O(K^3), so larger values
     trade the path for speed, as Tipping's SparseBayes does) and always once more where no move
     gains, continuing if that raises L by more than the tolerance.
+
+    ``refresh_every``: recompute Sigma, mu, S, Q and L exactly from the K x K Gram matrix of the
+    active functions after this many moves (at least K, so the O(K^3) refresh never dominates)
+    and before declaring convergence; ``None``: never (pure rank-one updates).
     """
     if int(noise_every) < 1:
         raise ValueError(f"`noise_every` must be >= 1; got {noise_every!r}.")
     start = time.perf_counter()
-    work = _Work(state, keep_gram=update_noise)
+    work = _Work(state)
     if update_noise:
         work.sq_norms = work.design.sq_norms()
     bar = _bar(progress_bar, max_steps)
@@ -704,13 +723,33 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
             return work.L - before
         return 0.0
 
+    last_refresh, interval, drifting = 0, refresh_every, False
+
+    def refresh():
+        # shorter intervals while the rank-one updates drift, longer (up to refresh_every) once not
+        nonlocal interval, drifting
+        work.refresh()
+        drifting = abs(work.drift[-1][1]) > 1e-9 * max(1.0, abs(work.L))
+        interval = max(16, interval // 4) if drifting else min(int(refresh_every), 2 * interval)
+
     for step in range(int(max_steps)):
+        due = interval if drifting else max(interval, len(work.active))
+        if refresh_every is not None and step - last_refresh >= due:
+            refresh()
+            last_refresh = step
         gain, new = _gains(work.alpha, work.S, work.Q)
         m = int(np.argmax(gain))
         best = float(gain[m])
         if not (best > tol * max(1.0, abs(work.L))):
             if update_noise and noise_move() > tol * max(1.0, abs(work.L)):
                 continue
+            if refresh_every is not None and step > last_refresh:
+                # no move gains by the updated statistics: make sure by exact ones
+                refresh()
+                last_refresh = step
+                gain, _ = _gains(work.alpha, work.S, work.Q)
+                if np.max(gain) > tol * max(1.0, abs(work.L)):
+                    continue
             converged = True
             break
         if not np.isfinite(work.alpha[m]):
