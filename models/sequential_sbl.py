@@ -733,8 +733,8 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
         interval = max(16, interval // 4) if drifting else min(int(refresh_every), 2 * interval)
 
     for step in range(int(max_steps)):
-        due = interval if drifting else max(interval, len(work.active))
-        if refresh_every is not None and step - last_refresh >= due:
+        if refresh_every is not None and step - last_refresh >= (interval if drifting else
+                                                                 max(interval, len(work.active))):
             refresh()
             last_refresh = step
         gain, new = _gains(work.alpha, work.S, work.Q)

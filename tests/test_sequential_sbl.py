@@ -287,3 +287,22 @@ def test_compare_and_inference_data():
     Da = D[:, good.active]
     expect = -0.5 * (np.log(2 * np.pi * 0.1) + (y - Da @ c) ** 2 / 0.1)
     np.testing.assert_allclose(idata.log_likelihood["y"].values[0, 0], expect, rtol=1e-6)
+
+
+def test_overlapping_rbfs_end_on_exact_statistics():
+    """Wide, overlapping RBFs make the rank-one updates drift; the refreshes before convergence
+    leave the returned state on statistics recomputed from scratch."""
+    rng = np.random.default_rng(11)
+    x = np.sort(rng.uniform(-5, 5, 80))
+    y = np.sinc(x) + 0.05 * rng.normal(size=80)
+    D = np.exp(-((x[:, None] - x[None, :]) ** 2) / (2 * 1.5**2))
+    st = ss.fit(D, y, noise_var=0.05**2)
+    assert st.converged and st.refresh_drift
+    L, C = direct_L(D, y, st.alpha, st.noise_var)
+    assert st.log_marginal_likelihood == pytest.approx(L, rel=1e-8, abs=1e-6)
+    S, Q = direct_SQ(D, y, C)
+    np.testing.assert_allclose(st.S, S, rtol=1e-5, atol=1e-6 * np.abs(S).max())
+    np.testing.assert_allclose(st.Q, Q, rtol=1e-5, atol=1e-6 * np.abs(Q).max())
+    # no move gains at the returned state, by the direct statistics
+    gain, _ = ss._gains(st.alpha, S, Q)
+    assert np.max(gain) <= 1e-6 * max(1.0, abs(L))
