@@ -49,6 +49,7 @@ from ppl_sbl import basis as _basis
 from ppl_sbl.validation import check_positive
 
 LOG_2PI = math.log(2.0 * math.pi)
+_REFRESH_BLOCK = 256  # columns of D^T D_a F^T formed at a time by an exact refresh
 
 __all__ = [
     "model",
@@ -585,15 +586,16 @@ class _Work:
         if self.sq_norms is None:
             self.sq_norms = self.design.sq_norms()
         a = np.asarray(self.active, dtype=np.int64)
-        if len(a):
-            X = np.zeros((self.st.dictionary.shape[1], len(a)))
-            X[a] = F.T
+        self.S = self.beta * self.sq_norms
+        self.Q = self.beta * self.st.Dty
+        Fz = F @ self.st.Dty[a] if len(a) else np.zeros(0)
+        block = _REFRESH_BLOCK
+        for c0 in range(0, len(a), block):  # column blocks of R: the peak stays O(M block)
+            X = np.zeros((self.st.dictionary.shape[1], min(block, len(a) - c0)))
+            X[a] = F.T[:, c0:c0 + block]
             R = self.design.rmatmat(self.design.matmat(X))
-            self.S = self.beta * self.sq_norms - self.beta**2 * np.einsum("mk,mk->m", R, R)
-            self.Q = self.beta * self.st.Dty - self.beta**2 * R @ (F @ self.st.Dty[a])
-        else:
-            self.S = self.beta * self.sq_norms
-            self.Q = self.beta * self.st.Dty
+            self.S -= self.beta**2 * np.einsum("mk,mk->m", R, R)
+            self.Q -= self.beta**2 * R @ Fz[c0:c0 + block]
 
     def refresh(self):
         """Sigma, mu, S, Q and L recomputed from the Gram matrix of the active functions (a K x K

@@ -289,9 +289,12 @@ def test_compare_and_inference_data():
     np.testing.assert_allclose(idata.log_likelihood["y"].values[0, 0], expect, rtol=1e-6)
 
 
-def test_overlapping_rbfs_end_on_exact_statistics():
+@pytest.mark.parametrize("block", [256, 3])
+def test_overlapping_rbfs_end_on_exact_statistics(block, monkeypatch):
     """Wide, overlapping RBFs make the rank-one updates drift; the refreshes before convergence
-    leave the returned state on statistics recomputed from scratch."""
+    leave the returned state on statistics recomputed from scratch (in one block of columns or
+    in several)."""
+    monkeypatch.setattr(ss, "_REFRESH_BLOCK", block)
     rng = np.random.default_rng(11)
     x = np.sort(rng.uniform(-5, 5, 80))
     y = np.sinc(x) + 0.05 * rng.normal(size=80)
@@ -299,7 +302,10 @@ def test_overlapping_rbfs_end_on_exact_statistics():
     st = ss.fit(D, y, noise_var=0.05**2)
     assert st.converged and st.refresh_drift
     L, C = direct_L(D, y, st.alpha, st.noise_var)
-    assert st.log_marginal_likelihood == pytest.approx(L, rel=1e-8, abs=1e-6)
+    # C is ill-conditioned here (cond ~ 1e10): exact formulas agree only to rounding, so the state's
+    # L must be as close to the N x N value as another exact formula (from the active columns) is
+    spread = abs(ss.log_marginal_likelihood(st) - L)
+    assert abs(st.log_marginal_likelihood - L) <= 10 * max(spread, 1e-9 * abs(L))
     S, Q = direct_SQ(D, y, C)
     np.testing.assert_allclose(st.S, S, rtol=1e-5, atol=1e-6 * np.abs(S).max())
     np.testing.assert_allclose(st.Q, Q, rtol=1e-5, atol=1e-6 * np.abs(Q).max())
