@@ -19,7 +19,8 @@ S_m / (alpha_m - S_m), q_m = alpha_m Q_m / (alpha_m - S_m) for active m; s = S, 
 the best alpha_m given the rest is s_m^2 / (q_m^2 - s_m) where q_m^2 > s_m, and inf otherwise.
 Each step makes the single move (add m, re-estimate alpha_m, or delete m) with the largest
 exact gain in L; Sigma, mu, S and Q follow by rank-one updates (T&F 2003, appendix), never by
-refactorising C. :func:`add_sample` takes a new sample (section 3 and the appendix of Faul &
+refactorising C (a K x K refactorisation every few hundred moves and before stopping keeps them
+exact on ill-conditioned dictionaries). :func:`add_sample` takes a new sample (section 3 and the appendix of Faul &
 Pilikos), :func:`add_basis` new candidate functions, :func:`expected_delta_L` the expected change
 of L at a point not yet sampled (section 4), the uncertainty map of the image experiment.
 
@@ -116,7 +117,8 @@ class SBLState:
     S, Q : (M,)
         Sparsity and quality factors d_m^T C^-1 d_m and d_m^T C^-1 y of every function.
     log_marginal_likelihood : float
-        L for the current alpha and sigma^2 (exact: recomputed from Sigma at the end of a fit).
+        L for the current alpha and sigma^2 (exact: recomputed from the Gram matrix of the active
+        functions at the end of a fit; after :func:`add_sample`, the old L plus delta_L).
     trace : list of float
         L after every move (the first entry: the model with no function).
     moves : list of (str, int)
@@ -309,18 +311,23 @@ class _Design:
     matmat = matvec
     rmatmat = rmatvec
 
+    def columns(self, idx):
+        """The design matrix's columns ``idx`` over the samples, dense (N, len(idx))."""
+        idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+        X = np.zeros((self.dictionary.shape[1], len(idx)))
+        X[idx, np.arange(len(idx))] = 1.0
+        return self.matvec(X)
+
     def active_matvec(self, active, z):
         """D_a z over the samples for coefficients z of the functions ``active``."""
         x = np.zeros(self.dictionary.shape[1])
         np.add.at(x, active, z)
         return self.matvec(x)
 
-    def counts(self):
-        c = np.bincount(self.point_rows, minlength=self.dictionary.shape[0]).astype(np.float64)
-        return c
-
     def sq_norms(self):
-        out = self.dictionary.weighted_sq_norms(self.counts())
+        """||d_m||^2 over the samples for every m (a point sampled twice counts twice)."""
+        counts = np.bincount(self.point_rows, minlength=self.dictionary.shape[0]).astype(np.float64)
+        out = self.dictionary.weighted_sq_norms(counts)
         if len(self.extra):
             out = out + np.sum(self.extra**2, axis=0)
         return out
@@ -334,7 +341,8 @@ def _design(state):
 # The gains of the three moves (Tipping & Faul 2003)
 # ----------------------------------------------------------------------------------------------
 def _small_factors(alpha, S, Q):
-    """s_m, q_m: S and Q with function m's own contribution taken out (T&F eq. 23-24)."""
+    """s_m, q_m: S and Q with function m's own contribution taken out, s_m = alpha_m S_m /
+    (alpha_m - S_m), q_m = alpha_m Q_m / (alpha_m - S_m) for active m (Tipping & Faul 2003)."""
     finite = np.isfinite(alpha)
     a = np.where(finite, alpha, 1.0)
     denom = np.where(finite, a - S, 1.0)
@@ -441,16 +449,18 @@ class _Work:
             A[r:r + chunk] += np.multiply.outer(coef * x[r:r + chunk], x)
 
     def _column(self, m):
-        e = np.zeros(self.st.dictionary.shape[1])
-        e[m] = 1.0
-        return self.design.matvec(e)
+        return self.design.columns([m])[:, 0]
 
     def _u(self, z):
         """beta D^T D_a z (M,): the change of the statistics along the coefficient direction z."""
         return self.beta * self.design.rmatvec(self.design.active_matvec(np.asarray(self.active), z))
 
-    # the three moves -------------------------------------------------------------------------
+    # the three moves (Tipping & Faul 2003, appendix; each checked against direct recomputation
+    # in the tests) -----------------------------------------------------------------------------
     def add(self, i, alpha_i):
+        """Sigma_ii = 1 / (alpha_i + S_i), mu_i = Sigma_ii Q_i; the old block gains Sigma_ii w w^T
+        with w = beta Sigma D_a^T phi_i; S_m -= Sigma_ii e_m^2, Q_m -= mu_i e_m with
+        e_m = beta phi_m^T phi_i - beta^2 phi_m^T D_a Sigma D_a^T phi_i."""
         phi = self._column(i)
         g = self.design.rmatvec(phi)  # D^T phi_i (M,), its active part D_a^T phi_i
         s_ii = 1.0 / (alpha_i + self.S[i])
@@ -481,6 +491,9 @@ class _Work:
         self._Gbuf[:K + 1, K] = g[a]
 
     def update(self, j_fn, alpha_new):
+        """Re-estimate: kappa = 1 / (Sigma_jj + 1 / (alpha_new - alpha_j)), Sigma -= kappa Sigma_j
+        Sigma_j^T, mu -= kappa mu_j Sigma_j, S_m += kappa u_m^2, Q_m += kappa mu_j u_m with
+        u_m = beta phi_m^T D_a Sigma_j."""
         j = self.pos[j_fn]
         col = self.Sigma[:, j].copy()
         kappa = 1.0 / (col[j] + 1.0 / (alpha_new - self.alpha[j_fn]))
@@ -493,6 +506,7 @@ class _Work:
         self.alpha[j_fn] = alpha_new
 
     def delete(self, j_fn):
+        """The re-estimate with alpha_new = inf: kappa = 1 / Sigma_jj."""
         j = self.pos[j_fn]
         col = self.Sigma[:, j].copy()
         s_jj = col[j]
@@ -543,7 +557,8 @@ class _Work:
         return (Sigma, F), Sigma @ self.st.Dty[a] / noise_var
 
     def reestimate_noise(self, max_halvings=6):
-        """sigma^2 = ||y - D_a mu||^2 / (N - K + sum_k alpha_k Sigma_kk) (T&F eq. 33), kept only
+        """sigma^2 = ||y - D_a mu||^2 / (N - K + sum_k alpha_k Sigma_kk) (Tipping & Faul 2003's
+        re-estimate, the zero of dL/dsigma^2 given mu and Sigma), kept only
         where it does not lower L; otherwise the largest step towards it (halving) that does not.
         Each value tried costs one Cholesky factorisation."""
         a = np.asarray(self.active, dtype=np.int64)
@@ -666,8 +681,9 @@ def fit(D, y, *, noise_var, update_noise=False, noise_every=1, tol=1e-13, max_st
     noise_var : float
         sigma^2 (the starting value with ``update_noise``).
     update_noise : bool
-        Re-estimate sigma^2 after every move (T&F eq. 33), keeping the new value only where it
-        does not lower L (otherwise the largest step towards it, by halving, that does not).
+        Re-estimate sigma^2 after every move (Tipping & Faul's re-estimate), keeping the new value
+        only where it does not lower L (otherwise the largest step towards it, by halving, that
+        does not).
         This keeps D_a^T D_a (K x K) and costs a Cholesky factorisation (O(K^3)) and 2K products
         with the dictionary per move.
     noise_every : int
@@ -892,8 +908,7 @@ def add_basis(state: SBLState, new_columns):
     if len(a):
         # S_m = beta ||phi_m||^2 - beta^2 phi_m^T D_a Sigma D_a^T phi_m; same for Q with y
         old = _design(state)
-        Da = np.column_stack([old.matvec(np.eye(1, state.dictionary.shape[1], m).ravel()) for m in a])
-        cross = np.column_stack([sub.rmatvec(Da[:, k_]) for k_ in range(len(a))])  # (k, K)
+        cross = sub.rmatvec(old.columns(a))  # D_new^T D_a, (k, K)
         CS = cross @ state.Sigma
         S_new = S_new - beta**2 * np.sum(CS * cross, axis=1)
         Q_new = Q_new - beta**2 * CS @ state.Dty[a]
@@ -941,6 +956,9 @@ def augmented_variance(state: SBLState, rows, new_functions, alpha_new):
 
     ``new_functions(p)`` returns the new function's values at all P points for query point p.
     """
+    if (state.rows < 0).any():
+        raise ValueError("the state has samples added by value (add_sample with a row), where the new functions' "
+                         "values are unknown; add those samples by point index instead.")
     rows = np.asarray(rows, dtype=np.int64).reshape(-1)
     _, var = predict(state, rows)
     design = _design(state)
@@ -948,8 +966,7 @@ def augmented_variance(state: SBLState, rows, new_functions, alpha_new):
     a = state.active
     R = state.dictionary.rows(rows)[:, a]
     out = np.empty(len(rows))
-    Da = np.column_stack([design.matvec(np.eye(1, state.dictionary.shape[1], m).ravel()) for m in a]) if len(a) \
-        else np.zeros((design.n, 0))
+    Da = design.columns(a)
     for k, p in enumerate(rows):
         f = np.asarray(new_functions(p), dtype=np.float64)
         phi = f[design.rows]

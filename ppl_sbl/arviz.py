@@ -23,7 +23,7 @@ def to_inference_data(result, num_samples: int = 1000, seed: int = 0):
     draws = result.sample(key, num_samples)
     observed = getattr(result, "observed_site", None) or result.guide_spec.observed
     loglik = log_likelihood(result.model, draws, *result.args, **result.kwargs)
-    obs_value = np.asarray(getattr(result, "observed_value", None) if hasattr(result, "observed_value")
+    obs_value = np.asarray(result.observed_value if hasattr(result, "observed_value")
                            else getattr(result.data, observed))
     idata = az.from_dict(
         posterior={k: v[None] for k, v in draws.items() if k != observed},

@@ -330,10 +330,11 @@ def _fit_loop(guide, data, tol, max_sweeps, init_state, record):
 
     def body(carry):
         state, old, _, i, trace = carry
-        # the barrier (tied to the loop-varying state) hides from XLA that the data are loop-invariant: otherwise it hoists each use
-        # of them (e.g. the same column gather of the design) out of the loop separately, and the
-        # body can no longer share their products (measured: three N x M x M products per sweep
-        # instead of one, 15-25% slower than the same sweep dispatched from Python)
+        # the barrier (tied to the loop-varying state) hides from XLA that the data are loop-
+        # invariant: otherwise it hoists each use of them (e.g. the same column gather of the
+        # design) out of the loop separately, and the body can no longer share their products
+        # (measured: three N x M x M products per sweep instead of one, 15-25% slower than the
+        # same sweep dispatched from Python)
         state, d = jax.lax.optimization_barrier((state, data))
         state = guide.update(state, d)
         new = guide.elbo(state, d)

@@ -64,10 +64,13 @@ def test_fit_never_decreases_and_equals_direct(seed, update_noise, noise_every):
 
 def test_first_move_and_gains_are_exact():
     D, y, rng = problem(7)
-    beta = 1 / 0.1
     st = ss.fit(D, y, noise_var=0.1, max_steps=1)
     proj = (D.T @ y) ** 2 / np.sum(D**2, axis=0)
-    assert st.moves[0] == ("add", int(np.argmax(proj)))
+    first = int(np.argmax(proj))
+    assert st.moves[0] == ("add", first)
+    # its precision is the single-function optimum ||phi||^2 / ((phi^T y)^2 / ||phi||^2 - sigma^2)
+    norm2 = np.sum(D[:, first] ** 2)
+    assert st.alpha[first] == pytest.approx(norm2 / (proj[first] - 0.1), rel=1e-12)
     # at a random configuration, the gain of each function's best move against two direct L's
     alpha = np.full(D.shape[1], np.inf)
     alpha[rng.choice(D.shape[1], 6, replace=False)] = rng.uniform(0.1, 5.0, size=6)
@@ -89,7 +92,6 @@ def test_first_move_and_gains_are_exact():
         changed[m] = new[m]
         if np.isfinite(new[m]):
             assert direct_L(D, y, moved, 0.1)[0] < direct_L(D, y, changed, 0.1)[0]
-    assert beta > 0
 
 
 @pytest.mark.parametrize("by_point", [False, True])
@@ -312,3 +314,23 @@ def test_overlapping_rbfs_end_on_exact_statistics(block, monkeypatch):
     # no move gains at the returned state, by the direct statistics
     gain, _ = ss._gains(st.alpha, S, Q)
     assert np.max(gain) <= 1e-6 * max(1.0, abs(L))
+
+
+def test_augmented_variance_is_the_augmented_models_predictive_variance():
+    """Fig. 5e: brute force, the model with the query's own function added at precision alpha_new."""
+    shape = (6, 6)
+    D = basis.gaussian_rbf_2d(shape, sd=1.0)
+    dense = D.to_dense()
+    rng = np.random.default_rng(4)
+    img = np.cos(np.arange(36) / 4.0) + 0.05 * rng.normal(size=36)
+    obs = np.sort(rng.choice(36, 18, replace=False))
+    st = ss.fit(D, img[obs], rows=obs, noise_var=0.01)
+    query = np.setdiff1d(np.arange(36), obs)[:5]
+    got = ss.augmented_variance(st, query, lambda p: dense[:, p], alpha_new=2.0)
+    a = st.active
+    for k, p in enumerate(query):
+        cols = np.column_stack([dense[:, a], dense[:, p]])  # the active functions plus the new one
+        prec = np.append(st.alpha[a], 2.0)
+        Sigma = np.linalg.inv(np.diag(prec) + cols[obs].T @ cols[obs] / 0.01)
+        assert got[k] == pytest.approx(0.01 + cols[p] @ Sigma @ cols[p], rel=1e-8)
+    assert np.all(got >= ss.predict(st, query)[1] - 1e-12)
