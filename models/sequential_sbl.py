@@ -45,6 +45,9 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import scipy.linalg
+import scipy.linalg.lapack
+import scipy.sparse
+import scipy.sparse.csgraph
 
 from ppl_sbl import basis as _basis
 from ppl_sbl.validation import check_positive
@@ -324,6 +327,21 @@ class _Design:
         np.add.at(x, active, z)
         return self.matvec(x)
 
+    @functools.cached_property
+    def sparse(self):
+        """The design over the samples as a ``scipy.sparse`` CSR matrix (N, M) where the dictionary
+        is sparse, else None."""
+        if not isinstance(self.dictionary, _basis.SparseDictionary):
+            return None
+        parts = [self.dictionary._rows[self.point_rows]]
+        if len(self.extra):
+            parts.append(scipy.sparse.csr_matrix(self.extra))
+        stacked = scipy.sparse.vstack(parts, format="csr")
+        order = np.empty(self.n, dtype=np.int64)  # the samples' rows within ``stacked``
+        order[self.by_point] = np.arange(len(self.point_rows))
+        order[~self.by_point] = len(self.point_rows) + np.arange(len(self.extra))
+        return stacked[order]
+
     def sq_norms(self):
         """||d_m||^2 over the samples for every m (a point sampled twice counts twice)."""
         counts = np.bincount(self.point_rows, minlength=self.dictionary.shape[0]).astype(np.float64)
@@ -402,6 +420,7 @@ class _Work:
         a = np.asarray(self.active, dtype=np.int64)
         for k, m in enumerate(self.active):
             self._Gbuf[:K, k] = self.design.rmatvec(self._column(m))[a]
+        self._label = self._components()
         self.S = st.S.copy()
         self.Q = st.Q.copy()
         self.L = st.log_marginal_likelihood
@@ -426,13 +445,6 @@ class _Work:
         K = len(self.active)
         return self._Gbuf[:K, :K]
 
-    def _set_posterior(self, Sigma, mu):
-        K = len(mu)
-        if K > self._Sbuf.shape[0]:
-            self._grow(K)
-        self._Sbuf[:K, :K] = Sigma
-        self._mbuf[:K] = mu
-
     def _grow(self, K):
         cap = max(int(1.25 * self._Sbuf.shape[0]) + 64, K)  # modest spare room: Sigma is the largest array
         S, G, m = np.zeros((cap, cap)), np.zeros((cap, cap)), np.zeros(cap)
@@ -444,7 +456,12 @@ class _Work:
 
     @staticmethod
     def _rank_one(A, coef, x, chunk=256):
-        """A += coef x x^T in place, a block of rows at a time."""
+        """A += coef x x^T in place: on the nonzeros of x only where they are few (x lies in one
+        or a few components, see ``_blocks``), otherwise a block of rows at a time."""
+        nz = np.flatnonzero(x)
+        if 2 * len(nz) < len(x):
+            A[np.ix_(nz, nz)] += np.multiply.outer(coef * x[nz], x[nz])
+            return
         for r in range(0, len(x), chunk):
             A[r:r + chunk] += np.multiply.outer(coef * x[r:r + chunk], x)
 
@@ -489,6 +506,15 @@ class _Work:
         a = np.asarray(self.active, dtype=np.int64)  # the new function is last
         self._Gbuf[K, :K + 1] = g[a]
         self._Gbuf[:K + 1, K] = g[a]
+        # the new function joins (and merges) the components of the functions it shares samples with
+        touched = np.unique(self._label[np.flatnonzero(g[a[:K]])])
+        if len(touched) == 0:
+            new, self._next_label = self._next_label, self._next_label + 1
+        else:
+            new = int(touched[0])
+        if len(touched) > 1:
+            self._label[np.isin(self._label, touched)] = new
+        self._label = np.append(self._label, new)
 
     def update(self, j_fn, alpha_new):
         """Re-estimate: kappa = 1 / (Sigma_jj + 1 / (alpha_new - alpha_j)), Sigma -= kappa Sigma_j
@@ -528,33 +554,83 @@ class _Work:
             self._Gbuf[j, :last + 1] = self._Gbuf[last, :last + 1]
             self._Gbuf[:last + 1, j] = self._Gbuf[:last + 1, last]
             self._Gbuf[j, j] = self._Gbuf[last, last]
+            self._label[j] = self._label[last]
+        self._label = self._label[:last]
         self.active.pop()
         del self.pos[j_fn]
         self.alpha[j_fn] = np.inf
 
     # the noise variance ----------------------------------------------------------------------
-    def _likelihood_at(self, noise_var):
-        """L at noise_var with alpha fixed, and the Cholesky factor of Sigma^-1 = A + D_a^T D_a /
-        sigma^2 it comes from (O(K^3 / 3)): log|C| = N log sigma^2 - sum log alpha + log|Sigma^-1|,
-        y^T C^-1 y = (y^T y - z^T Sigma z / sigma^2) / sigma^2 with z = D_a^T y."""
+    def _components(self):
+        """A label per active function: the connected components of D_a^T D_a != 0 (O(K^2))."""
+        K = len(self.active)
+        self._next_label = K  # labels given to new components from here on
+        r, c = np.nonzero(self.gram)
+        return scipy.sparse.csgraph.connected_components(
+            scipy.sparse.coo_matrix((np.ones(len(r)), (r, c)), shape=(K, K)), directed=False)[1]
+
+    def _blocks(self):
+        """The active functions grouped by component, components of equal size stacked ((n_k, k)
+        index arrays). Functions in different components share no sample, so Sigma^-1 = A + D_a^T
+        D_a / sigma^2 is block-diagonal over them and a factorisation costs sum_c k_c^3 / 3 rather
+        than K^3 / 3 (tile-local dictionaries such as the Haar bases split into blocks of at most 4
+        or 16 functions; overlapping RBFs are one block). The labels follow the adds (a new
+        function merges the components it touches); a delete leaves its component whole, which is
+        still block-diagonal, until the next exact refresh recomputes them."""
+        _, label = np.unique(self._label, return_inverse=True)
+        order = np.argsort(label, kind="stable")
+        sizes = np.bincount(label)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        return [order[starts[sizes == k][:, None] + np.arange(k)] for k in np.unique(sizes)]
+
+    def _likelihood_at(self, noise_var, blocks=None):
+        """L at noise_var with alpha fixed, and the block Cholesky factors H = chol chol^T of
+        Sigma^-1 = H = A + D_a^T D_a / sigma^2 it comes from:
+
+            log|C| = N log sigma^2 - sum log alpha + log|H|,
+            y^T C^-1 y = ||y - D_a mu||^2 / sigma^2 + mu^T A mu,  mu = H^-1 D_a^T y / sigma^2,
+
+        the second form free of the cancellation in (y^T y - z^T H^-1 z / sigma^2) / sigma^2 that
+        loses most digits when sigma^2 is small."""
         a = np.asarray(self.active, dtype=np.int64)
         N, beta = self.design.n, 1.0 / noise_var
         if len(a) == 0:
             return float(-0.5 * (N * LOG_2PI + N * math.log(noise_var) + beta * self.st.yty)), None
-        chol = np.linalg.cholesky(np.diag(self.alpha[a]) + beta * self.gram)
-        w = scipy.linalg.solve_triangular(chol, self.st.Dty[a], lower=True)  # z^T Sigma z = |w|^2
-        L = -0.5 * (N * LOG_2PI + N * math.log(noise_var) - np.sum(np.log(self.alpha[a]))
-                    + 2.0 * np.sum(np.log(np.diag(chol))) + beta * (self.st.yty - beta * w @ w))
-        return float(L), chol
+        z = beta * self.st.Dty[a]
+        G = self.gram
+        factors, logdet, mu = [], 0.0, np.empty(len(a))
+        for idx in (self._blocks() if blocks is None else blocks):
+            H = beta * G[idx[:, :, None], idx[:, None, :]]  # (n_k, k, k)
+            H[:, np.arange(idx.shape[1]), np.arange(idx.shape[1])] += self.alpha[a[idx]]
+            chol = np.linalg.cholesky(H)
+            if len(idx) == 1:
+                w = scipy.linalg.solve_triangular(chol[0], z[idx[0]], lower=True)
+                mu[idx[0]] = scipy.linalg.solve_triangular(chol[0], w, lower=True, trans="T")
+            else:
+                w = np.linalg.solve(chol, z[idx][..., None])
+                mu[idx] = np.linalg.solve(np.swapaxes(chol, 1, 2), w)[..., 0]
+            logdet += 2.0 * np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2)))
+            factors.append((idx, chol))
+        resid = self.st.y - self.design.active_matvec(a, mu)
+        yCy = beta * float(resid @ resid) + float(np.sum(self.alpha[a] * mu**2))
+        L = -0.5 * (N * LOG_2PI + N * math.log(noise_var) - np.sum(np.log(self.alpha[a])) + logdet + yCy)
+        return float(L), factors
 
-    def _posterior_from(self, chol, noise_var):
-        """Sigma = F^T F with F = chol^-1, mu = Sigma z / sigma^2."""
-        if chol is None:
-            return (np.zeros((0, 0)), np.zeros((0, 0))), np.zeros(0)
-        a = np.asarray(self.active, dtype=np.int64)
-        F = scipy.linalg.solve_triangular(chol, np.eye(len(a)), lower=True)
-        Sigma = F.T @ F
-        return (Sigma, F), Sigma @ self.st.Dty[a] / noise_var
+    @staticmethod
+    def _posterior_from(factors):
+        """Sigma = F^T F with F = chol^-1, block by block: (index, Sigma-block, F-block) triples."""
+        out = []
+        for idx, chol in factors or []:
+            if len(idx) == 1:
+                Fb, _ = scipy.linalg.lapack.dtrtri(chol[0], lower=1)
+                Sb, _ = scipy.linalg.lapack.dlauum(Fb, lower=1)  # F^T F in the lower triangle
+                Sb = np.tril(Sb) + np.tril(Sb, -1).T
+                Fb, Sb = Fb[None], Sb[None]
+            else:
+                Fb = np.tril(np.linalg.inv(chol))
+                Sb = np.swapaxes(Fb, 1, 2) @ Fb
+            out.append((idx, Sb, Fb))
+        return out
 
     def reestimate_noise(self, max_halvings=6):
         """sigma^2 = ||y - D_a mu||^2 / (N - K + sum_k alpha_k Sigma_kk) (Tipping & Faul 2003's
@@ -575,39 +651,62 @@ class _Work:
             return False
         # compared with L at the old value by the same formula, so that rounding (large where
         # sigma^2 is small) does not decide; the state's L moves by the difference
-        reference, _ = self._likelihood_at(old)
+        blocks = self._blocks()
+        reference, _ = self._likelihood_at(old, blocks)
         step = 1.0
         for _ in range(max_halvings):
             value = old + step * (proposal - old)
-            L, chol = self._likelihood_at(value)
+            L, chol = self._likelihood_at(value, blocks)
             if L >= reference:
-                posterior, mu = self._posterior_from(chol, value)
-                self._set_noise(value, posterior, mu, self.L + (L - reference))
+                self._set_noise(value, self._posterior_from(chol), self.L + (L - reference))
                 return True
             step /= 2.0
         return False
 
-    def _set_noise(self, noise_var, posterior, mu, L):
-        """Full statistics at a new noise variance: with Sigma = F^T F (F from the factorisation)
-        and R = D^T D_a F^T (M, K), formed through the dictionary (O(K) products with it),
+    def _set_noise(self, noise_var, blocks, L, clear=False):
+        """Full statistics at a new noise variance from the blocks of ``_posterior_from``: Sigma
+        block by block (written over the old blocks: Sigma is zero outside the components, which
+        only merge between exact refreshes; ``clear`` zeroes it first), mu = Sigma D_a^T y /
+        sigma^2, and with R = D^T D_a F^T (M, K),
 
-            S_m = beta ||d_m||^2 - beta^2 ||R_m||^2,   Q_m = beta d_m^T y - beta^2 R_m . (F D_a^T y).
-        """
-        Sigma, F = posterior
+            S_m = beta ||d_m||^2 - beta^2 ||R_m||^2,   Q_m = beta d_m^T y - beta^2 R_m . (F D_a^T y),
+
+        R formed with sparse products where the dictionary is sparse (O(nonzeros)), otherwise
+        through the dictionary, ``_REFRESH_BLOCK`` columns at a time (2K products with it)."""
         self.noise_var = noise_var
         self.beta = 1.0 / noise_var
-        self._set_posterior(Sigma, mu)
         self.L = L
         if self.sq_norms is None:
             self.sq_norms = self.design.sq_norms()
         a = np.asarray(self.active, dtype=np.int64)
+        K = len(a)
+        z = self.st.Dty[a]
+        if clear:
+            self.Sigma[:] = 0.0
+        for idx, Sb, _ in blocks:
+            self._Sbuf[idx[:, :, None], idx[:, None, :]] = Sb
+            self._mbuf[idx] = self.beta * np.einsum("bij,bj->bi", Sb, z[idx])
+        F_blocks = [(idx, Fb) for idx, _, Fb in blocks]
         self.S = self.beta * self.sq_norms
         self.Q = self.beta * self.st.Dty
-        Fz = F @ self.st.Dty[a] if len(a) else np.zeros(0)
+        if K == 0:
+            return
+        rows = np.concatenate([np.broadcast_to(idx[:, :, None], Fb.shape).ravel() for idx, Fb in F_blocks])
+        cols = np.concatenate([np.broadcast_to(idx[:, None, :], Fb.shape).ravel() for idx, Fb in F_blocks])
+        vals = np.concatenate([Fb.ravel() for _, Fb in F_blocks])
+        F = scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(K, K))
+        Fz = F @ z
+        Ds = self.design.sparse
+        if Ds is not None:
+            R = (Ds.T @ (Ds[:, a] @ F.T.tocsc())).tocsr()  # (M, K), sparse
+            self.S -= self.beta**2 * np.asarray(R.multiply(R).sum(axis=1)).ravel()
+            self.Q -= self.beta**2 * (R @ Fz)
+            return
+        Ft = F.T.toarray()
         block = _REFRESH_BLOCK
-        for c0 in range(0, len(a), block):  # column blocks of R: the peak stays O(M block)
-            X = np.zeros((self.st.dictionary.shape[1], min(block, len(a) - c0)))
-            X[a] = F.T[:, c0:c0 + block]
+        for c0 in range(0, K, block):  # column blocks of R: the peak stays O(M block)
+            X = np.zeros((self.st.dictionary.shape[1], min(block, K - c0)))
+            X[a] = Ft[:, c0:c0 + block]
             R = self.design.rmatmat(self.design.matmat(X))
             self.S -= self.beta**2 * np.einsum("mk,mk->m", R, R)
             self.Q -= self.beta**2 * R @ Fz[c0:c0 + block]
@@ -616,10 +715,10 @@ class _Work:
         """Sigma, mu, S, Q and L recomputed from the Gram matrix of the active functions (a K x K
         Cholesky factorisation and 2K products with the dictionary): the rank-one updates lose
         accuracy over many moves when the dictionary is ill-conditioned (overlapping RBFs)."""
+        self._label = self._components()
         L, chol = self._likelihood_at(self.noise_var)
-        posterior, mu = self._posterior_from(chol, self.noise_var)
         self.drift.append((len(self.moves), float(self.L - L)))
-        self._set_noise(self.noise_var, posterior, mu, L)
+        self._set_noise(self.noise_var, self._posterior_from(chol), L, clear=True)
 
     def state(self, *, converged, seconds, exact=True):
         a = np.asarray(self.active, dtype=np.int64)
@@ -803,7 +902,9 @@ def _bar(progress_bar, total):
 
 def log_marginal_likelihood(state: SBLState, alpha=None, noise_var=None):
     """L = log N(y | 0, sigma^2 I + D_a A^-1 D_a^T) computed directly in O(N K^2 + K^3) (from
-    the active columns, never an N x N matrix), for the state's or the given alpha, sigma^2."""
+    the active columns, never an N x N matrix), for the state's or the given alpha, sigma^2:
+    log|C| = N log sigma^2 - sum log alpha + log|H| and y^T C^-1 y = ||y - D_a mu||^2 / sigma^2
+    + mu^T A mu with H = A + D_a^T D_a / sigma^2, mu = H^-1 D_a^T y / sigma^2."""
     alpha = state.alpha if alpha is None else np.asarray(alpha, dtype=np.float64)
     noise_var = state.noise_var if noise_var is None else float(noise_var)
     a = np.flatnonzero(np.isfinite(alpha))
@@ -812,11 +913,12 @@ def log_marginal_likelihood(state: SBLState, alpha=None, noise_var=None):
     if len(a) == 0:
         return float(-0.5 * (N * LOG_2PI + N * math.log(noise_var) + beta * state.y @ state.y))
     Da = design_rows(state, np.arange(N))[:, a]
-    P = np.diag(alpha[a]) + beta * Da.T @ Da
-    chol = np.linalg.cholesky(P)
-    b = np.linalg.solve(chol, beta * Da.T @ state.y)
+    chol = scipy.linalg.cho_factor(np.diag(alpha[a]) + beta * Da.T @ Da, lower=True)
+    mu = scipy.linalg.cho_solve(chol, beta * Da.T @ state.y)
+    resid = state.y - Da @ mu
+    # y^T C^-1 y = ||y - D_a mu||^2 / sigma^2 + mu^T A mu (no cancellation at small sigma^2)
     return float(-0.5 * (N * LOG_2PI + N * math.log(noise_var) - np.sum(np.log(alpha[a]))
-                         + 2.0 * np.sum(np.log(np.diag(chol))) + beta * state.y @ state.y - b @ b))
+                         + 2.0 * np.sum(np.log(np.diag(chol[0]))) + beta * resid @ resid + alpha[a] @ mu**2))
 
 
 def predict(state: SBLState, rows):
