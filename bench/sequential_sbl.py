@@ -8,9 +8,9 @@ random; dictionary: the 2-D Haar wavelets of scale 1 (M = number of pixels). Arm
     setting);
 (b) ``sequential_sbl.fit(update_noise=True)``, started from sigma^2 = var(y), the setting that is
     comparable with ARDRegression, which re-estimates the noise too: sigma^2 after every move (the
-    issue's rule; each re-estimate is a K x K Cholesky factorisation, O(K^3), so this arm runs at
-    the sizes in ``--noise-sizes`` only) and, as (b'), after every ``--noise-every`` moves
-    (``noise_every``; at every ARD size);
+    issue's rule; each re-estimate factorises Sigma^-1, block-diagonal over the Haar tiles, and
+    refreshes S and Q; at the sizes in ``--noise-sizes``) and, as (b'), after every
+    ``--noise-every`` moves (``noise_every``; at every ARD size);
 (c) ``sklearn.linear_model.ARDRegression(fit_intercept=False)`` on the dense design matrix (N x M)
     with its defaults (max_iter 300, tol 1e-3, threshold_lambda 1e4), at the sizes in
     ``--ard-sizes`` only (it works with N x N matrices); where the largest size is not run, its
@@ -22,7 +22,9 @@ random; dictionary: the 2-D Haar wavelets of scale 1 (M = number of pixels). Arm
     the state of (a)) against a refit from scratch on the same data (the time of (a)).
 
 Memory: the peak of NumPy's allocations (``tracemalloc``) during (a) at each size, beside the
-size of one dense N x N matrix of float64 (the fit never forms one).
+size of one dense N x N matrix of float64 (the fit never forms one; its largest arrays are K x K,
+K the number of active functions, and M x 256 blocks). "peak below one N x N" is a stronger
+check than the goal's.
 
 Goals (from the issue): (b) at least 20 times faster than (c) at the largest size ARD finishes,
 with a log marginal likelihood at least as high; one add_sample at least 100 times faster than a
@@ -96,14 +98,16 @@ def run_size(size, args):
         if size not in sizes:
             continue
         start = float(np.var(y))
-        st_b, sec_b = timed(lambda: ss.fit(D, y, rows=observed, noise_var=start, update_noise=True, noise_every=every))
+        st_b, sec_b = timed(lambda: ss.fit(D, y, rows=observed, noise_var=start, update_noise=True, noise_every=every,
+                                           max_steps=args.max_steps))
         noise_fits[key] = st_b
         row[key] = {"seconds": sec_b, "L": st_b.log_marginal_likelihood, "active": int(len(st_b.active)),
                     "moves": len(st_b.moves), "noise_var": st_b.noise_var, "converged": st_b.converged,
                     "noise_every": every}
         label = "(b) fit, update_noise" if every == 1 else f"(b') update_noise, every {every}"
         print(f"  {label:<31}: {sec_b:8.2f}s  L {st_b.log_marginal_likelihood:12.3f}  "
-              f"K {len(st_b.active):5d}  moves {len(st_b.moves):6d}  sigma^2 {st_b.noise_var:.3g}", flush=True)
+              f"K {len(st_b.active):5d}  moves {len(st_b.moves):6d}  sigma^2 {st_b.noise_var:.3g}"
+              f"{'' if st_b.converged else '  (not converged: max_steps)'}", flush=True)
 
     if size in args.ard_sizes:
         from sklearn.linear_model import ARDRegression
@@ -162,11 +166,14 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="sizes 16 and 32, ARD at 16 and 32 (seconds)")
     p.add_argument("--sizes", type=int, nargs="+", default=[32, 64, 128])
-    p.add_argument("--ard-sizes", type=int, nargs="+", default=[32, 48, 64])
-    p.add_argument("--noise-sizes", type=int, nargs="+", default=[32, 48],
-                   help="sizes at which (b), sigma^2 after every move, runs (default 32 48)")
+    p.add_argument("--ard-sizes", type=int, nargs="+", default=[32, 48, 64, 80])
+    p.add_argument("--noise-sizes", type=int, nargs="+", default=[32, 48, 64, 80],
+                   help="sizes at which (b), sigma^2 after every move, runs (default 32 48 64 80)")
     p.add_argument("--noise-every", type=int, default=50, help="(b')'s noise_every (default 50)")
     p.add_argument("--noise-var", type=float, default=1e-3)
+    p.add_argument("--max-steps", type=int, default=20000,
+                   help="max_steps of the update_noise fits (b), (b') (default 20000): with sigma^2 free the "
+                        "maximum lies at sigma^2 -> 0 on these images (K reaches N) and the last gains are tiny")
     p.add_argument("--new-samples", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=os.path.join(HERE, "results", "sequential_sbl_cpu.json"))
@@ -208,7 +215,7 @@ def main(argv=None):
             summary["every_move_largest_size_run"] = r["size"]
             summary["ard_over_ours_every_move_there"] = r["ard"]["seconds"] / r["update_noise"]["seconds"]
             print(f"# (b), sigma^2 after every move, ran up to {r['size']} x {r['size']} (ARD finished "
-                  f"{largest['size']} x {largest['size']}): too slow beyond, O(K^3) per move", flush=True)
+                  f"{largest['size']} x {largest['size']}): not run beyond", flush=True)
         ex = loglog([r["size"] ** 2 for r in ard], [r["ard"]["seconds"] for r in ard], max(sizes) ** 2)
         if ex and max(sizes) not in {r["size"] for r in ard}:
             summary["ard_extrapolated_seconds_at_largest"] = ex[0]

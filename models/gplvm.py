@@ -1,0 +1,582 @@
+"""Supervised, autoencoder and unsupervised Bayesian GPLVMs (Sauer's thesis, chapter 5; Titsias &
+Lawrence 2010; Damianou et al. 2011), on the sparse GP of :mod:`ppl_sbl.sparse_gp`.
+
+The supervised model (Fig. 5.1 b), for inputs Y (N, P) and outputs Z (N, D)::
+
+    X[:, q] ~ N(0, K_Y)                       q = 1..Q        (5.1-5.2; K_Y = k_prior(Y, Y))
+    U[:, d] ~ N(0, K_uu)                      d = 1..D        (5.10; inducing inputs X_u, RBF-ARD)
+    F[:, d] | U, X ~ p(F | U, X)              (the GP on X given U, so that F ~ N(0, K_X) (5.6))
+    Z[n, d] ~ N(F[n, d], 1 / beta)
+
+with the RBF-ARD kernel on X (5.7): a latent dimension whose alpha_q goes to zero drops out. The
+autoencoder model (Fig. 5.1 c) is the same program with Z = Y; the unsupervised Bayesian GPLVM
+(Fig. 5.1 a) has X ~ N(0, I) instead of the GP-latent prior.
+
+The guide (5.11): q(X) = prod_q N(mu_q, S_q) in the reparametrisation of Opper & Archambeau
+(5.28): S_q = (K_Y^-1 + Lambda_q)^-1, mu_q = K_Y mubar_q, with Lambda_q = diag(lambda_q) (2 Q N
+free parameters); q(U) optimal and analytic; F drawn from p(F | U, X) as in the model (5.11), so
+that it cancels. The collapsed bound (5.20), derived afresh (the printed one drops the factor D on
+psi0 and tr(K_uu^-1 Psi2) and the +QN/2 of the KL term):
+
+    F = sum_d [ log N(z_d | 0, ...) collapsed ]  - beta D (psi0 - tr(K_uu^-1 Psi2)) / 2  - KL(q(X) || p(X | Y))
+
+(:func:`ppl_sbl.sparse_gp.collapsed_bound` with the Psi statistics (5.22-5.24) of q(X)), and with
+B_q = I + Lambda_q^1/2 K_Y Lambda_q^1/2,
+
+    KL = sum_q [ tr(B_q^-1) + mubar_q^T K_Y mubar_q - N + log|B_q| ] / 2,
+    S_q = K_Y - K_Y Lambda_q^1/2 B_q^-1 Lambda_q^1/2 K_Y,
+
+so K_Y is never inverted (one Cholesky factorisation of B_q per latent dimension, O(Q N^3),
+section 5.4). The bound is maximised over (mubar, lambda), the inducing inputs and the kernels'
+parameters (5.25-5.27) by L-BFGS. The supervised model's signal variance and noise precision are
+fixed at a high signal-to-noise ratio by default (section 5.5.3; ``snr=None`` frees them).
+Outputs are centred by their column means (added back by ``predict``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import time
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+
+from ppl_sbl import sparse_gp as sg
+from ppl_sbl.validation import check_matrix
+
+__all__ = [
+    "supervised",
+    "autoencoder",
+    "unsupervised",
+    "guide",
+    "latent_posterior",
+    "bound",
+    "fit",
+    "GPLVMResult",
+    "MODELS",
+    "PRIOR_KERNELS",
+]
+
+MODELS = ("supervised", "autoencoder", "unsupervised")
+PRIOR_KERNELS = ("rbf", "linear", "matern32")
+_TINY = 1e-12
+
+
+# ----------------------------------------------------------------------------------------------
+# The NumPyro programs
+# ----------------------------------------------------------------------------------------------
+def _prior_cov(Y, prior_kernel, prior_params, jitter):
+    return sg.add_jitter(sg.kernel(prior_kernel, prior_params, Y), jitter)
+
+
+def _f_given_u(X, U, kernel_params, inducing, jitter):
+    """p(F | U, X) per output column: mean K_fu K_uu^-1 u_d, covariance K_ff - K_fu K_uu^-1 K_uf
+    (K_ff and K_uu with jitter, so that F's marginal is N(0, K_ff + jitter))."""
+    Luu = jnp.linalg.cholesky(sg.add_jitter(sg.kernel("rbf_ard", kernel_params, inducing), jitter))
+    Kfu = sg.kernel("rbf_ard", kernel_params, X, inducing)
+    A = jsl.solve_triangular(Luu, Kfu.T, lower=True)  # (M, N)
+    mean = jsl.solve_triangular(Luu.T, jsl.solve_triangular(Luu, U.T, lower=True), lower=False).T @ Kfu.T
+    cov = sg.add_jitter(sg.kernel("rbf_ard", kernel_params, X), jitter) - A.T @ A
+    return mean, 0.5 * (cov + cov.T)
+
+
+def _outputs(X, Z, *, output_dim, kernel_params, noise_var, inducing, jitter):
+    """p(U) p(F | U, X) p(Z | F), the GP on X augmented with inducing variables (5.10)."""
+    N = X.shape[0]
+    D = Z.shape[1] if Z is not None else int(output_dim)
+    Kuu = sg.add_jitter(sg.kernel("rbf_ard", kernel_params, inducing), jitter)
+    with numpyro.plate("outputs", D, dim=-1):
+        U = numpyro.sample("U", dist.MultivariateNormal(jnp.zeros(inducing.shape[0]), covariance_matrix=Kuu))
+        mean, cov = _f_given_u(X, U, kernel_params, inducing, jitter)
+        F = numpyro.sample("F", dist.MultivariateNormal(mean, covariance_matrix=cov))  # (D, N)
+    with numpyro.plate("data", N, dim=-2), numpyro.plate("outputs", D, dim=-1):
+        numpyro.sample("Z", dist.Normal(F.T, jnp.sqrt(noise_var)), obs=Z)
+
+
+def _defaults(Y, Z, latent_dim, num_inducing, prior_kernel, prior_params, kernel_params, noise_var, inducing):
+    Y = jnp.asarray(Y, dtype=jnp.float64)
+    if prior_params is None:
+        prior_params = sg.default_params(prior_kernel, np.asarray(Y))
+    if kernel_params is None:
+        kernel_params = {"variance": jnp.asarray(1.0), "alpha": jnp.ones(latent_dim)}
+    if noise_var is None:
+        noise_var = 0.01 * float(kernel_params["variance"])
+    if inducing is None:  # any inducing inputs leave the model's marginal unchanged
+        inducing = jax.random.normal(jax.random.PRNGKey(0), (int(num_inducing), int(latent_dim)))
+    return Y, (None if Z is None else jnp.asarray(Z, dtype=jnp.float64)), prior_params, kernel_params, noise_var, \
+        jnp.asarray(inducing)
+
+
+def supervised(Y, Z=None, *, latent_dim, num_inducing, prior_kernel="rbf", prior_params=None, kernel_params=None,
+               noise_var=None, inducing=None, output_dim=None, jitter=sg.JITTER):
+    """The supervised Bayesian GPLVM (Fig. 5.1 b): X[:, q] ~ N(0, K_Y) (5.2), Z from a GP on X
+    with the RBF-ARD kernel (5.6-5.7). Sites: ``X`` (Q, N), row q the latent dimension q over
+    the N points; ``U`` (D, M) and ``F`` (D, N), the inducing and function values of each output
+    column; ``Z`` (N, D) observed. ``Z=None`` draws outputs (give ``output_dim``)."""
+    Y, Z, prior_params, kernel_params, noise_var, inducing = _defaults(
+        Y, Z, latent_dim, num_inducing, prior_kernel, prior_params, kernel_params, noise_var, inducing)
+    K_Y = _prior_cov(Y, prior_kernel, prior_params, jitter)
+    with numpyro.plate("latent_dims", int(latent_dim), dim=-1):
+        Xt = numpyro.sample("X", dist.MultivariateNormal(jnp.zeros(Y.shape[0]), covariance_matrix=K_Y))
+    _outputs(Xt.T, Z, output_dim=output_dim, kernel_params=kernel_params, noise_var=noise_var, inducing=inducing,
+             jitter=jitter)
+
+
+def autoencoder(Y, Z=None, *, latent_dim, num_inducing, **kwargs):
+    """The autoencoder GPLVM (Fig. 5.1 c): :func:`supervised` with the inputs as outputs, Z = Y
+    (pass ``Z`` only to override; ``Z=None`` with ``output_dim`` draws)."""
+    if Z is None and kwargs.get("output_dim") is None:
+        Z = Y
+    return supervised(Y, Z, latent_dim=latent_dim, num_inducing=num_inducing, **kwargs)
+
+
+def unsupervised(Y, Z=None, *, latent_dim, num_inducing, kernel_params=None, noise_var=None, inducing=None,
+                 output_dim=None, jitter=sg.JITTER, **unused):
+    """The Bayesian GPLVM of Titsias & Lawrence (2010) (Fig. 5.1 a): X ~ N(0, I), the data Y (or
+    ``Z``) from a GP on X. ``X`` (Q, N) as in :func:`supervised`."""
+    Y, Z, _, kernel_params, noise_var, inducing = _defaults(
+        Y, Z, latent_dim, num_inducing, "linear", {"variance": 1.0}, kernel_params, noise_var, inducing)
+    Z = Y if Z is None and output_dim is None else Z
+    with numpyro.plate("latent_dims", int(latent_dim), dim=-1):
+        Xt = numpyro.sample("X", dist.Normal(jnp.zeros(Y.shape[0]), 1.0).to_event(1))
+    _outputs(Xt.T, Z, output_dim=output_dim, kernel_params=kernel_params, noise_var=noise_var, inducing=inducing,
+             jitter=jitter)
+
+
+_PROGRAMS = {"supervised": supervised, "autoencoder": autoencoder, "unsupervised": unsupervised}
+
+
+def guide(Y, Z=None, *, latent_dim, num_inducing, q_mean, q_cov, u_mean, u_cov, kernel_params, inducing,
+          jitter=sg.JITTER, **unused):
+    """q(X) q(U) p(F | U, X) (5.11): X[q] ~ N(mu_q, S_q) (``q_mean`` (N, Q), ``q_cov`` (Q, N, N),
+    full covariances; diagonal ones (Q, N) for the unsupervised model), U[d] ~ N(u_mean[d],
+    u_cov), F from the model's conditional."""
+    q_mean = jnp.asarray(q_mean)
+    with numpyro.plate("latent_dims", int(latent_dim), dim=-1):
+        if q_cov.ndim == 3:
+            Xt = numpyro.sample("X", dist.MultivariateNormal(q_mean.T, covariance_matrix=q_cov))
+        else:
+            Xt = numpyro.sample("X", dist.Normal(q_mean.T, jnp.sqrt(q_cov)).to_event(1))
+    with numpyro.plate("outputs", u_mean.shape[0], dim=-1):
+        U = numpyro.sample("U", dist.MultivariateNormal(u_mean, covariance_matrix=u_cov))
+        mean, cov = _f_given_u(Xt.T, U, kernel_params, inducing, jitter)
+        numpyro.sample("F", dist.MultivariateNormal(mean, covariance_matrix=cov))
+
+
+# ----------------------------------------------------------------------------------------------
+# The bound
+# ----------------------------------------------------------------------------------------------
+def latent_posterior(K_Y, mubar, log_lam, *, full=False):
+    """q(X) from the Opper-Archambeau parameters (5.28), one latent dimension at a time:
+    S_q = (K_Y^-1 + Lambda_q)^-1 = K_Y - K_Y a B^-1 a K_Y with a = Lambda_q^1/2, B = I + a K_Y a,
+    mu_q = K_Y mubar_q. Returns means (N, Q), marginal variances (N, Q), KL(q(X) || p(X | Y))
+    = sum_q [tr(B^-1) + mubar_q^T K_Y mubar_q - N + log|B|] / 2 (tr(B^-1) = N - sum_n lambda_n
+    S_nn), and with ``full`` the covariances (Q, N, N)."""
+    N = K_Y.shape[0]
+    eye = jnp.eye(N, dtype=K_Y.dtype)
+
+    def one(mb, ll):
+        a = jnp.exp(0.5 * ll)
+        LB = jnp.linalg.cholesky(eye + a[:, None] * K_Y * a[None, :])
+        V = jsl.solve_triangular(LB, a[:, None] * K_Y, lower=True)  # B^-1/2 a K_Y
+        var = jnp.maximum(jnp.diagonal(K_Y) - jnp.sum(V**2, 0), _TINY)
+        mu = K_Y @ mb
+        tr_Binv = N - jnp.sum(jnp.exp(ll) * var)
+        kl = 0.5 * (tr_Binv + mb @ mu - N + 2.0 * jnp.sum(jnp.log(jnp.diagonal(LB))))
+        cov = K_Y - V.T @ V if full else None
+        return mu, var, kl, cov
+
+    mu, var, kl, cov = jax.vmap(one, in_axes=(1, 1))(mubar, log_lam)
+    return (mu.T, var.T, jnp.sum(kl)) + ((cov,) if full else ())
+
+
+def _unpack(free, fixed):
+    p = {**fixed, **free}
+    kernel_params = {"variance": jnp.exp(p["log_variance"]), "alpha": jnp.exp(p["log_alpha"])}
+    prior_params = {k: jnp.exp(v) for k, v in p.get("log_prior", {}).items()}
+    if p.get("log_prior_variance") is not None:
+        prior_params["variance"] = jnp.exp(p["log_prior_variance"])
+    return p, kernel_params, prior_params, jnp.exp(p["log_beta"])
+
+
+def _q_x(model, p, prior_params, Y, prior_kernel, jitter, full=False):
+    if model == "unsupervised":
+        mu, var = p["mean"], jnp.exp(p["log_var"])
+        kl = 0.5 * jnp.sum(mu**2 + var - 1.0 - jnp.log(var))
+        return (mu, var, kl) + ((var.T,) if full else ())
+    K_Y = _prior_cov(Y, prior_kernel, prior_params, jitter)
+    return latent_posterior(K_Y, p["mubar"], p["log_lam"], full=full)
+
+
+def bound(free, fixed, Y, Z, *, model, prior_kernel, jitter=sg.JITTER):
+    """The collapsed bound (5.20, derived with the factor D) of a parameter set: ``free`` the
+    optimised parameters, ``fixed`` the others (same keys: ``mubar``/``log_lam`` (N, Q) or, for
+    the unsupervised model, ``mean``/``log_var``; ``inducing`` (M, Q); ``log_alpha`` (Q,);
+    ``log_variance``; ``log_beta``; ``log_prior`` the latent-prior kernel's)."""
+    p, kp, prior_params, beta = _unpack(free, fixed)
+    mu, var, kl = _q_x(model, p, prior_params, Y, prior_kernel, jitter)
+    stats = sg.psi_statistics("rbf_ard", kp, mu, var, p["inducing"])
+    return sg.collapsed_bound(Z, stats, sg.kernel("rbf_ard", kp, p["inducing"]), beta, jitter) - kl
+
+
+def _q_u(kp, inducing, stats, Z, beta, jitter):
+    """q(U) at its optimum: Sigma_u = K_uu (K_uu + beta Psi2)^-1 K_uu, m_d = beta K_uu (K_uu +
+    beta Psi2)^-1 Psi1^T z_d; with K_uu = Lm Lm^T and B = I + beta Lm^-1 Psi2 Lm^-T = LB LB^T:
+    Sigma_u = (Lm LB^-T)(Lm LB^-T)^T, m = beta Lm LB^-T LB^-1 Lm^-1 Psi1^T Z."""
+    f = sg._factors(sg.kernel("rbf_ard", kp, inducing), stats, Z, beta, jitter)
+    W = f.Lm @ jsl.solve_triangular(f.LB.T, jnp.eye(f.LB.shape[0], dtype=Z.dtype), lower=False)
+    mean = (beta * W @ f.c).T  # (D, M)
+    return mean, W @ W.T
+
+
+# ----------------------------------------------------------------------------------------------
+# Fitting
+# ----------------------------------------------------------------------------------------------
+def _pca(Y, Q):
+    Yc = Y - Y.mean(0)
+    _, s, Vt = np.linalg.svd(Yc, full_matrices=False)
+    X = Yc @ Vt[:Q].T
+    return X / max(float(X[:, 0].std()), 1e-12)
+
+
+def _check(Y, Z, model, latent_dim, num_inducing, prior_kernel):
+    if model not in MODELS:
+        raise ValueError(f"`model` must be one of {MODELS}; got {model!r}.")
+    if prior_kernel not in PRIOR_KERNELS:
+        raise ValueError(f"`prior_kernel` must be one of {PRIOR_KERNELS}; got {prior_kernel!r}.")
+    Y = check_matrix("Y", Y)
+    if Z is not None:
+        Z = np.asarray(Z, dtype=np.float64)
+        Z = check_matrix("Z", Z[:, None] if Z.ndim == 1 else Z)
+        if len(Z) != len(Y):
+            raise ValueError(f"`Z` has {len(Z)} rows but `Y` has {len(Y)}; pass one output row per input row.")
+    elif model == "supervised":
+        raise ValueError("`Z` is required for model='supervised' (the outputs, e.g. labels coded 1-of-K in "
+                         "{-1, 1}); use model='autoencoder' or 'unsupervised' to reconstruct Y.")
+    latent_dim = int(latent_dim)
+    if not 1 <= latent_dim <= Y.shape[1]:
+        raise ValueError(f"`latent_dim` must be between 1 and the data dimension {Y.shape[1]}; got {latent_dim}.")
+    if not 1 <= int(num_inducing) <= len(Y):
+        raise ValueError(f"`num_inducing` must be between 1 and the number of points {len(Y)}; got {num_inducing}.")
+    return Y, Z, latent_dim, int(num_inducing)
+
+
+def fit(Y, Z=None, *, model="supervised", latent_dim=10, num_inducing=30, prior_kernel="rbf", snr="default",
+        optimize_prior=True, max_steps=2000, tol=1e-10, seed=0, jitter=sg.JITTER):
+    """Fit a Bayesian GPLVM by maximising the collapsed bound.
+
+    Parameters
+    ----------
+    Y : (N, P) inputs (the data for the autoencoder and unsupervised models).
+    Z : (N, D) outputs of the supervised model (e.g. labels 1-of-K in {-1, 1}); ignored otherwise.
+    model : "supervised", "autoencoder" or "unsupervised".
+    latent_dim : Q, the latent dimensions ARD starts from (at most P).
+    num_inducing : M inducing inputs, initialised at M latent means chosen at random.
+    prior_kernel : the kernel of the GP-latent prior (5.2): "rbf" (5.4), "linear" (5.3) or
+        "matern32" (5.5), its parameters set from the inputs' median squared distance (section
+        5.5.3) and, with ``optimize_prior``, its length-scale optimised (5.26; its variance stays
+        fixed: with it free, the bound is flat along a joint rescaling of the prior, q(X), the
+        inducing inputs and the ARD alphas).
+    snr : signal-to-noise ratio sigma_f^2 beta at which the signal variance (the outputs'
+        variance) and the noise precision are fixed; None frees both; "default": 100 for the
+        supervised model (section 5.5.3), None for the others.
+    max_steps, tol : L-BFGS iterations and relative tolerance on the bound.
+
+    Returns
+    -------
+    GPLVMResult
+    """
+    Y, Z, Q, M = _check(Y, Z, model, latent_dim, num_inducing, prior_kernel)
+    if model != "supervised":
+        Z = Y
+    if snr == "default":
+        snr = 100.0 if model == "supervised" else None
+    z_mean = Z.mean(0)
+    Zc = Z - z_mean
+    N = len(Y)
+    Yj, Zj = jnp.asarray(Y), jnp.asarray(Zc)
+    X0 = _pca(Y, Q)
+    signal = max(float(np.mean(np.var(Zc, 0))), 1e-12)
+    med = np.median(np.asarray(sg._sqdist(jnp.asarray(X0), jnp.asarray(X0)))[np.triu_indices(N, 1)]) if N > 1 else 1.0
+    rng = np.random.default_rng(seed)
+    params = {
+        "inducing": jnp.asarray(X0[rng.choice(N, M, replace=False)]),
+        "log_alpha": jnp.full(Q, -math.log(max(med, 1e-12))),
+        "log_variance": jnp.asarray(math.log(signal)),
+        "log_beta": jnp.asarray(math.log((snr if snr else 100.0) / signal)),
+    }
+    fixed = {}
+    if model == "unsupervised":
+        params["mean"] = jnp.asarray(X0)
+        params["log_var"] = jnp.full((N, Q), math.log(0.5))
+    else:
+        prior0 = sg.default_params(prior_kernel, Y)
+        K_Y = np.asarray(_prior_cov(Yj, prior_kernel, prior0, jitter))
+        # mubar such that mu = K_Y mubar starts at the PCA projection (scaled to K_Y's scale)
+        X0 = X0 * math.sqrt(float(np.mean(np.diag(K_Y))))
+        ridge = K_Y + 1e-3 * float(np.mean(np.diag(K_Y))) * np.eye(N)
+        params["mubar"] = jnp.asarray(np.linalg.solve(ridge, X0))
+        params["log_lam"] = jnp.full((N, Q), math.log(10.0 / float(np.mean(np.diag(K_Y)))))
+        log_prior = {k: jnp.log(jnp.asarray(v, dtype=jnp.float64)) for k, v in prior0.items()}
+        # the prior's variance stays fixed: scaling it by c^2 with q(X) and the inducing inputs by c
+        # and alpha by 1 / c^2 leaves the bound unchanged (a flat direction); its length-scale
+        # (alpha_p of (5.26), or the Matern length-scale) is optimised
+        shape = {k: v for k, v in log_prior.items() if k != "variance"}
+        if optimize_prior and shape:
+            params["log_prior"] = shape
+            fixed["log_prior_variance"] = log_prior.get("variance")
+        else:
+            fixed["log_prior"] = log_prior
+        params["inducing"] = jnp.asarray(np.asarray(params["inducing"]) * math.sqrt(float(np.mean(np.diag(K_Y)))))
+        params["log_alpha"] = params["log_alpha"] - math.log(float(np.mean(np.diag(K_Y))))
+    if snr is not None:
+        fixed["log_variance"] = params.pop("log_variance")
+        fixed["log_beta"] = params.pop("log_beta")
+
+    objective = functools.partial(bound, fixed=fixed, Y=Yj, Z=Zj, model=model, prior_kernel=prior_kernel,
+                                  jitter=jitter)
+    start = time.perf_counter()
+    free, value, info = sg.maximize(objective, params, max_steps=max_steps, tol=tol)
+    return GPLVMResult(model=model, prior_kernel=prior_kernel, free=free, fixed=fixed, Y=Yj, Z=Zj,
+                       z_mean=jnp.asarray(z_mean), elbo=value, elbo_trace=np.asarray(info["trace"]),
+                       converged=info["converged"], info=info, seconds=time.perf_counter() - start, jitter=jitter)
+
+
+# ----------------------------------------------------------------------------------------------
+# The result
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class GPLVMResult:
+    """A fitted Bayesian GPLVM: the bound (``elbo``), q(X), the kernels and the predictions."""
+
+    model: str
+    prior_kernel: str
+    free: dict
+    fixed: dict
+    Y: Any
+    Z: Any  # the centred outputs
+    z_mean: Any
+    elbo: float
+    elbo_trace: np.ndarray
+    converged: bool
+    info: dict
+    seconds: float
+    jitter: float = sg.JITTER
+
+    bound = "none"  # the collapsed bound equals the uncollapsed ELBO with q(U) at its optimum
+    elbo_exact = None
+    observed_site = "Z"
+    inference = "collapsed variational bound (Titsias & Lawrence 2010) maximised by L-BFGS"
+
+    # parameters ------------------------------------------------------------------------------
+    @functools.cached_property
+    def _unpacked(self):
+        return _unpack(self.free, self.fixed)
+
+    @property
+    def kernel_params(self):
+        return self._unpacked[1]
+
+    @property
+    def prior_params(self):
+        return self._unpacked[2]
+
+    @property
+    def noise_var(self):
+        return float(1.0 / self._unpacked[3])
+
+    @property
+    def inducing(self):
+        return self._unpacked[0]["inducing"]
+
+    @property
+    def ard_alpha(self):
+        """The RBF-ARD inverse squared length-scales alpha_q (5.7)."""
+        return np.asarray(self.kernel_params["alpha"])
+
+    @functools.cached_property
+    def _qx(self):
+        p, _, prior, _ = self._unpacked
+        return _q_x(self.model, p, prior, self.Y, self.prior_kernel, self.jitter, full=True)
+
+    @property
+    def latent_mean(self):
+        """(N, Q) the means of q(X)."""
+        return np.asarray(self._qx[0])
+
+    @property
+    def latent_var(self):
+        """(N, Q) the marginal variances of q(X)."""
+        return np.asarray(self._qx[1])
+
+    @property
+    def relevance(self):
+        """alpha_q E[x_q^2] (mean over the points): the scale-free weight of dimension q in the
+        RBF-ARD kernel's exponent."""
+        return self.ard_alpha * np.mean(self.latent_mean**2 + self.latent_var, 0)
+
+    @property
+    def relevant(self):
+        """Dimensions whose relevance is at least 1e-3 of the largest (ARD kept them)."""
+        r = self.relevance
+        return r >= 1e-3 * r.max()
+
+    @property
+    def relevant_dims(self):
+        """The indices of the latent dimensions ARD kept, by decreasing relevance."""
+        r = self.relevance
+        keep = np.flatnonzero(self.relevant)
+        return keep[np.argsort(-r[keep])]
+
+    effective_parameters = float("nan")
+
+    @property
+    def stats(self):
+        mu, var = self._qx[0], self._qx[1]
+        return sg.psi_statistics("rbf_ard", self.kernel_params, mu, var, self.inducing)
+
+    # prediction ------------------------------------------------------------------------------
+    def predict_latent(self, Y_new):
+        """q(x*) of new inputs (5.30): per latent dimension q, mean k_*^T mubar_q (5.32) and
+        variance k_** - k_*^T (K_Y + Lambda_q^-1)^-1 k_* (the conditional prior averaged over
+        q(X)). Returns means and variances (n*, Q). Not for the unsupervised model (no K_Y; see
+        :meth:`transform`)."""
+        if self.model == "unsupervised":
+            raise ValueError("the unsupervised GPLVM has no latent prior over inputs; use `transform`, which "
+                             "optimises q(x*) for each new point.")
+        Y_new = jnp.asarray(self._check_new(Y_new))
+        p, _, prior, _ = self._unpacked
+        K_Y = _prior_cov(self.Y, self.prior_kernel, prior, self.jitter)
+        k_s = sg.kernel(self.prior_kernel, prior, self.Y, Y_new)  # (N, n*)
+        k_ss = sg.kernel_diag(self.prior_kernel, prior, Y_new)
+        eye = jnp.eye(K_Y.shape[0], dtype=K_Y.dtype)
+
+        def one(mb, ll):
+            a = jnp.exp(0.5 * ll)
+            LB = jnp.linalg.cholesky(eye + a[:, None] * K_Y * a[None, :])
+            w = jsl.solve_triangular(LB, a[:, None] * k_s, lower=True)
+            return k_s.T @ mb, jnp.maximum(k_ss - jnp.sum(w**2, 0), _TINY)
+
+        mean, var = jax.vmap(one, in_axes=(1, 1))(p["mubar"], p["log_lam"])
+        return np.asarray(mean.T), np.asarray(var.T)
+
+    def transform(self, Y_new, *, max_steps=500):
+        """Latent means of new inputs: eq. (5.32) for the supervised and autoencoder models; for
+        the unsupervised model q(x*) maximising the bound on the training and new points together
+        (the other parameters fixed)."""
+        if self.model != "unsupervised":
+            return self.predict_latent(Y_new)[0]
+        Y_new = jnp.asarray(self._check_new(Y_new))
+        p, kp, _, beta = self._unpacked
+        mu, var = self._qx[0], self._qx[1]
+        # start each new point at the latent mean of its nearest training input
+        d = np.asarray(sg._sqdist(Y_new, self.Y))
+        start = {"mean": mu[np.argmin(d, 1)], "log_var": jnp.log(var[np.argmin(d, 1)])}
+        Zall = jnp.concatenate([self.Z, Y_new - self.z_mean])
+
+        def objective(q):
+            m = jnp.concatenate([mu, q["mean"]])
+            v = jnp.concatenate([var, jnp.exp(q["log_var"])])
+            stats = sg.psi_statistics("rbf_ard", kp, m, v, p["inducing"])
+            kl = 0.5 * jnp.sum(q["mean"] ** 2 + jnp.exp(q["log_var"]) - 1.0 - q["log_var"])
+            return sg.collapsed_bound(Zall, stats, sg.kernel("rbf_ard", kp, p["inducing"]), beta, self.jitter) - kl
+
+        q, _, _ = sg.maximize(objective, start, max_steps=max_steps)
+        return np.asarray(q["mean"])
+
+    def predict(self, Y_new, *, num_samples=64, seed=0):
+        """The predictive mean of the outputs at new inputs (5.29): E[f_*] under q(U), averaged over
+        ``num_samples`` draws of x* ~ q(x*) (5.30); the column means added back. For labels coded
+        1-of-K, the class is the argmax."""
+        mean, var = self.predict_latent(Y_new)
+        draws = mean[None] + np.sqrt(var)[None] * np.random.default_rng(seed).normal(size=(int(num_samples),) + mean.shape)
+        kp, beta = self.kernel_params, 1.0 / self.noise_var
+        f = jax.vmap(lambda x: sg.predict_f("rbf_ard", kp, self.inducing, self.stats, self.Z, beta, x, self.jitter)[0])(
+            jnp.asarray(draws))
+        return np.asarray(f.mean(0) + self.z_mean)
+
+    def _check_new(self, Y_new):
+        Y_new = check_matrix("Y_new", Y_new)
+        if Y_new.shape[1] != self.Y.shape[1]:
+            raise ValueError(f"`Y_new` has {Y_new.shape[1]} columns; the model was fitted on {self.Y.shape[1]}.")
+        return Y_new
+
+    # the shared result interface -------------------------------------------------------------
+    @property
+    def latent_dim(self):
+        return int(self.ard_alpha.shape[0])
+
+    @property
+    def num_inducing(self):
+        return int(self.inducing.shape[0])
+
+    @property
+    def program(self):
+        return _PROGRAMS[self.model]
+
+    @property
+    def args(self):
+        return (self.Y, self.Z)
+
+    @property
+    def kwargs(self):
+        kw = {"latent_dim": self.latent_dim, "num_inducing": self.num_inducing, "kernel_params": self.kernel_params,
+              "noise_var": self.noise_var, "inducing": self.inducing, "jitter": self.jitter}
+        if self.model != "unsupervised":
+            kw.update(prior_kernel=self.prior_kernel, prior_params=self.prior_params)
+        return kw
+
+    @property
+    def model_fn(self):
+        return self.program
+
+    @property
+    def guide(self):
+        """:func:`guide` with q(X) and the optimal q(U) of this fit."""
+        mu, var, _, cov = self._qx
+        u_mean, u_cov = _q_u(self.kernel_params, self.inducing, self.stats, self.Z, 1.0 / self.noise_var, self.jitter)
+        return functools.partial(guide, q_mean=mu, q_cov=cov, u_mean=u_mean, u_cov=u_cov)
+
+    @property
+    def observed_value(self):
+        return np.asarray(self.Z)
+
+    def check_guide(self, num_particles=2000, seed=0, num_se=4.0):
+        """NumPyro's Monte Carlo ``Trace_ELBO`` of the program and :attr:`guide` (the uncollapsed
+        ELBO with q(U) at its optimum) against the collapsed bound: equal up to Monte Carlo error
+        (and the jitter on K_ff, O(jitter N D beta))."""
+        from ppl_sbl.diagnostics import check_guide
+
+        return check_guide(_AsResult(self), num_particles=num_particles, seed=seed, num_se=num_se, rtol=1e-6)
+
+    def sample(self, key, num_samples):
+        from numpyro.infer import Predictive
+
+        pred = Predictive(self.program, guide=self.guide, num_samples=int(num_samples), return_sites=["X", "U", "F"])
+        return {k: np.asarray(v) for k, v in pred(key, *self.args, **self.kwargs).items()}
+
+    def to_inference_data(self, num_samples=500, seed=0):
+        """ArviZ ``InferenceData``: draws of X (latent dimension, point), U and F from the guide,
+        pointwise log-likelihoods of the outputs, the outputs, and the bound's trace."""
+        from ppl_sbl.arviz import to_inference_data
+
+        return to_inference_data(_AsResult(self), num_samples=num_samples, seed=seed)
+
+
+class _AsResult:
+    """The attribute names the shared helpers (``check_guide``, ``to_inference_data``) read."""
+
+    def __init__(self, res):
+        self._res = res
+        self.model = res.program
+        self.guide = res.guide
+        self.args, self.kwargs = res.args, res.kwargs
+
+    def __getattr__(self, name):
+        return getattr(self._res, name)

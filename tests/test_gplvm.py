@@ -1,0 +1,180 @@
+"""The Bayesian GPLVMs against independent answers: direct Gaussian algebra for q(X) and its KL,
+NumPyro's Monte Carlo ELBO of the uncollapsed model for the collapsed bound, finite differences
+for the gradients, and the fixed-point equations (5.28) at an optimum."""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ppl_sbl import sparse_gp as sg
+from ppl_sbl.models import gplvm
+
+
+def toy(n=24, p=5, seed=0):
+    rng = np.random.default_rng(seed)
+    t = rng.uniform(-2, 2, size=n)
+    Y = np.stack([np.sin(t), np.cos(t), t, t**2 / 2, 0.1 * rng.normal(size=n)], 1)[:, :p]
+    Y = Y + 0.05 * rng.normal(size=Y.shape)
+    Z = np.stack([np.where(t > 0, 1.0, -1.0), np.where(t > 0, -1.0, 1.0)], 1)
+    return Y, Z
+
+
+def test_latent_posterior_equals_direct_gaussian_algebra():
+    rng = np.random.default_rng(1)
+    N, Q = 7, 3
+    A = rng.normal(size=(N, N))
+    K = A @ A.T / N + 0.1 * np.eye(N)
+    mubar, log_lam = rng.normal(size=(N, Q)), rng.normal(size=(N, Q))
+    mu, var, kl, cov = gplvm.latent_posterior(jnp.asarray(K), jnp.asarray(mubar), jnp.asarray(log_lam), full=True)
+    total = 0.0
+    for q in range(Q):
+        S = np.linalg.inv(np.linalg.inv(K) + np.diag(np.exp(log_lam[:, q])))
+        m = K @ mubar[:, q]
+        np.testing.assert_allclose(np.asarray(cov[q]), S, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(var[:, q]), np.diag(S), rtol=1e-9)
+        np.testing.assert_allclose(np.asarray(mu[:, q]), m, rtol=1e-12)
+        # KL(N(m, S) || N(0, K)) by the textbook formula
+        total += 0.5 * (np.trace(np.linalg.solve(K, S)) + m @ np.linalg.solve(K, m) - N
+                        + np.linalg.slogdet(K)[1] - np.linalg.slogdet(S)[1])
+    assert float(kl) == pytest.approx(total, rel=1e-10)
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    Y, Z = toy()
+    return {m: gplvm.fit(Y, Z, model=m, latent_dim=3, num_inducing=6, max_steps=400, prior_kernel="rbf")
+            for m in ("supervised", "unsupervised")}
+
+
+@pytest.mark.parametrize("model", ["supervised", "unsupervised"])
+def test_bound_equals_monte_carlo_uncollapsed_elbo(fitted, model):
+    """NumPyro's Trace_ELBO of the augmented program (U, F | U, X sampled) and the guide with q(U)
+    at its optimum estimates the uncollapsed ELBO; the collapsed bound must equal it."""
+    res = fitted[model]
+    check = res.check_guide(num_particles=3000, seed=1)
+    assert check.passed, check.message
+    assert check.standard_error < 0.05 * abs(res.elbo)  # the check has power
+
+
+def test_bound_lies_below_monte_carlo_with_a_suboptimal_q_u(fitted):
+    """A perturbed q(U) must lower the Monte Carlo ELBO below the collapsed bound (q(U) optimal)."""
+    from ppl_sbl.diagnostics import monte_carlo_elbo
+
+    res = fitted["supervised"]
+    g = res.guide
+    bad = jax.tree_util.Partial(gplvm.guide, q_mean=g.keywords["q_mean"], q_cov=g.keywords["q_cov"],
+                                u_mean=g.keywords["u_mean"] + 0.3, u_cov=g.keywords["u_cov"])
+    values = monte_carlo_elbo(res.program, bad, *res.args, num_particles=2000, seed=2, **res.kwargs)
+    se = values.std() / math.sqrt(len(values))
+    assert values.mean() + 4 * se < res.elbo
+
+
+@pytest.mark.parametrize("model", ["supervised", "autoencoder", "unsupervised"])
+@pytest.mark.parametrize("prior_kernel", ["rbf", "linear", "matern32"])
+def test_gradients_are_finite_and_match_finite_differences(model, prior_kernel):
+    if model == "unsupervised" and prior_kernel != "rbf":
+        pytest.skip("no latent prior kernel")
+    Y, Z = toy(12)
+    rng = np.random.default_rng(3)
+    N, Q, M = len(Y), 2, 4
+    free = {"inducing": jnp.asarray(rng.normal(size=(M, Q))), "log_alpha": jnp.asarray(rng.normal(size=Q) * 0.3),
+            "log_variance": jnp.asarray(0.1), "log_beta": jnp.asarray(1.5)}
+    if model == "unsupervised":
+        free.update(mean=jnp.asarray(rng.normal(size=(N, Q))), log_var=jnp.asarray(rng.normal(size=(N, Q)) * 0.3 - 1))
+    else:
+        free.update(mubar=jnp.asarray(rng.normal(size=(N, Q)) * 0.3), log_lam=jnp.asarray(rng.normal(size=(N, Q))),
+                    log_prior={k: jnp.log(jnp.asarray(v)) for k, v in sg.default_params(prior_kernel, Y).items()})
+    out = Y if model == "autoencoder" else Z
+
+    def f(p):
+        return gplvm.bound(p, {}, jnp.asarray(Y), jnp.asarray(out - out.mean(0)), model=model,
+                           prior_kernel=prior_kernel)
+
+    flat, unravel = jax.flatten_util.ravel_pytree(free)
+    g = np.asarray(jax.flatten_util.ravel_pytree(jax.grad(f)(free))[0])
+    assert np.all(np.isfinite(g))
+    for _ in range(3):
+        d = rng.normal(size=flat.shape)
+        h = 1e-6
+        fd = (f(unravel(flat + h * d)) - f(unravel(flat - h * d))) / (2 * h)
+        assert float(fd) == pytest.approx(float(g @ d), rel=1e-5, abs=1e-5)
+
+
+def test_fixed_point_equations_hold_at_the_optimum():
+    """(5.28): at a maximum, Lambda_q = -2 dF~/dS_q (diagonal, F~ the data term, which depends on S
+    only through its diagonal) and mubar_q = dF~/dmu_q."""
+    Y, Z = toy(16)
+    res = gplvm.fit(Y, Z, model="supervised", latent_dim=2, num_inducing=5, max_steps=3000, tol=1e-14)
+    p, kp, prior, beta = gplvm._unpack(res.free, res.fixed)
+
+    def data_term(mu, var):
+        stats = sg.psi_statistics("rbf_ard", kp, mu, var, p["inducing"])
+        return sg.collapsed_bound(res.Z, stats, sg.kernel("rbf_ard", kp, p["inducing"]), beta)
+
+    mu, var = jnp.asarray(res.latent_mean), jnp.asarray(res.latent_var)
+    d_mu, d_var = jax.grad(data_term, argnums=(0, 1))(mu, var)
+    lam = np.exp(np.asarray(p["log_lam"]))
+    np.testing.assert_allclose(-2 * np.asarray(d_var), lam, rtol=1e-3, atol=1e-4 * lam.max())
+    # mu_q = K_Y dF~/dmu_q (in the directions K_Y nearly annihilates, mubar itself is free)
+    K_Y = gplvm._prior_cov(res.Y, res.prior_kernel, prior, res.jitter)
+    mu = np.asarray(res.latent_mean)
+    np.testing.assert_allclose(np.asarray(K_Y @ d_mu), mu, rtol=1e-3, atol=1e-4 * np.abs(mu).max())
+    assert np.abs(mu).max() > 0.1  # not a trivial optimum
+
+
+def test_linear_prior_on_more_points_than_features_works_through_the_jitter():
+    """K_Y of the linear kernel on 5 features has rank 5 < N = 30: the jitter makes it a proper
+    prior; the fit's bound is finite and ARD still reports dimensions."""
+    Y, Z = toy(30)
+    K = np.asarray(sg.kernel("linear", sg.default_params("linear", Y), jnp.asarray(Y)))
+    assert np.linalg.matrix_rank(K) == Y.shape[1] < len(Y)
+    res = gplvm.fit(Y, Z, model="supervised", latent_dim=3, num_inducing=6, prior_kernel="linear", max_steps=200)
+    assert np.isfinite(res.elbo) and np.all(np.isfinite(res.latent_mean))
+    assert res.elbo_trace[-1] >= res.elbo_trace[0]
+    assert 1 <= len(res.relevant_dims) <= 3
+
+
+def test_predictions_and_interface(fitted):
+    res = fitted["supervised"]
+    Y, Z = toy()
+    # (5.32) at the training inputs: k_Y^T mubar is mu = (K_Y + jitter) mubar less the jitter's part
+    K = np.asarray(sg.kernel("rbf", res.prior_params, jnp.asarray(Y)))
+    jitter = res.jitter * np.mean(np.diag(K)) * np.asarray(res.free["mubar"])
+    np.testing.assert_allclose(res.transform(Y) + jitter, res.latent_mean, rtol=1e-9, atol=1e-12)
+    mean, var = res.predict_latent(Y[:4])
+    assert np.all(var > 0) and np.all(var <= res.latent_var[:4] + np.asarray(
+        sg.kernel_diag("rbf", res.prior_params, jnp.asarray(Y[:4])))[:, None])
+    pred = res.predict(Y)
+    assert pred.shape == Z.shape
+    assert np.mean(pred.argmax(1) == Z.argmax(1)) > 0.9  # the training labels are learnt
+    un = fitted["unsupervised"]
+    x_new = un.transform(Y[:3])
+    assert x_new.shape == (3, 3)
+    # a training point's own latent mean is (near) where its optimised q(x*) lands
+    assert np.linalg.norm(x_new - un.latent_mean[:3]) < 0.5 * np.linalg.norm(un.latent_mean[:3])
+    from ppl_sbl import compare
+
+    table = compare({"supervised": res, "unsupervised": un})
+    assert list(table.columns[:2]) == ["rank", "elbo"]
+    idata = res.to_inference_data(num_samples=50)
+    assert idata.posterior["X"].shape == (1, 50, 3, len(Y))
+
+
+def test_bad_inputs_get_named_errors():
+    Y, Z = toy()
+    with pytest.raises(ValueError, match="`Z` has 23 rows but `Y` has 24"):
+        gplvm.fit(Y, Z[:-1])
+    with pytest.raises(ValueError, match="`latent_dim` must be between 1 and the data dimension 5"):
+        gplvm.fit(Y, Z, latent_dim=6)
+    bad = Y.copy()
+    bad[2, 1] = np.nan
+    with pytest.raises(ValueError, match="`Y` contains 1 NaN"):
+        gplvm.fit(bad, Z)
+    with pytest.raises(ValueError, match="`Z` is required"):
+        gplvm.fit(Y, model="supervised")
+    with pytest.raises(ValueError, match="`model` must be one of"):
+        gplvm.fit(Y, Z, model="pca")
+    with pytest.raises(ValueError, match="`prior_kernel` must be one of"):
+        gplvm.fit(Y, Z, prior_kernel="cosine")
