@@ -172,28 +172,113 @@ def guide(Y, Z=None, *, latent_dim, num_inducing, q_mean, q_cov, u_mean, u_cov, 
 # ----------------------------------------------------------------------------------------------
 # The bound
 # ----------------------------------------------------------------------------------------------
-def latent_posterior(K_Y, mubar, log_lam, *, full=False):
+LAMBDA_FLOOR = 1e-6  # lambda >= LAMBDA_FLOOR / mean(diag K_Y), see ``precisions``
+
+
+def precisions(K_Y, log_lam):
+    """lambda = exp(log_lam) + 1e-6 / mean(diag K_Y): the floor keeps S_q = A^-1 (I - B^-1) A^-1
+    accurate (it bounds the cancellation in 1 - (B^-1)_nn) and changes q(X) by at most one part
+    in a million of the prior's scale where lambda would be smaller."""
+    return jnp.exp(log_lam) + LAMBDA_FLOOR / jnp.mean(jnp.diagonal(K_Y))
+
+
+def _host_inverse(B):
+    """B^-1 and log|B| of a stack of SPD matrices by LAPACK's potrf and potri (the inverse from
+    the Cholesky factor, 2 N^3 / 3 flops; JAX has no potri, and cho_solve with the identity costs
+    2 N^3)."""
+    import scipy.linalg.lapack as lapack
+
+    B = np.asarray(B)
+    inv, logdet = np.empty_like(B), np.empty(B.shape[:-2], B.dtype)
+    for i in np.ndindex(*B.shape[:-2]):
+        c, info = lapack.dpotrf(B[i], lower=1, clean=1)
+        if info != 0:
+            inv[i], logdet[i] = np.nan, np.nan
+            continue
+        Bi, _ = lapack.dpotri(c, lower=1)
+        inv[i] = np.tril(Bi) + np.tril(Bi, -1).T
+        logdet[i] = 2.0 * np.sum(np.log(np.diagonal(c)))
+    return inv, logdet
+
+
+def _inverse_and_logdet(B):
+    if jax.default_backend() == "cpu":
+        shapes = (jax.ShapeDtypeStruct(B.shape, B.dtype), jax.ShapeDtypeStruct(B.shape[:-2], B.dtype))
+        return jax.pure_callback(_host_inverse, shapes, B, vmap_method="expand_dims")
+    L = jnp.linalg.cholesky(B)
+    eye = jnp.broadcast_to(jnp.eye(B.shape[-1], dtype=B.dtype), B.shape)
+    return jsl.cho_solve((L, True), eye), 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), -1)
+
+
+def _core_impl(K, lam):
+    a = jnp.sqrt(lam)
+    Binv, logdet = _inverse_and_logdet(jnp.eye(K.shape[0], dtype=K.dtype) + a[:, None] * K * a[None, :])
+    return (1.0 - jnp.diagonal(Binv)) / lam, logdet, Binv
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _core(K, lam, k_grad):
+    """(diag S, log|B|) with S = (K^-1 + Lambda)^-1 = A^-1 (I - B^-1) A^-1, B = I + A K A,
+    A = Lambda^1/2: one factorisation and one inverse from it. The gradient (custom, so that it
+    costs O(N^2) more): with g and c the cotangents of diag S and log|B|,
+
+        d/dlambda = -(S o S) g + c diag(S)              (dS = -S dLambda S; dlog|B|/dlambda = diag S)
+        d/dK = R^T diag(g) R + c A B^-1 A,  R = I - K A B^-1 A   (dS = R dK R^T; only if ``k_grad``)
+    """
+    var, logdet, _ = _core_impl(K, lam)
+    return var, logdet
+
+
+def _core_fwd(K, lam, k_grad):
+    var, logdet, Binv = _core_impl(K, lam)
+    return (var, logdet), (K, lam, Binv)
+
+
+def _core_bwd(k_grad, res, ct):
+    K, lam, Binv = res
+    g, c = ct
+    a = jnp.sqrt(lam)
+    eye = jnp.eye(K.shape[0], dtype=K.dtype)
+    S = (eye - Binv) / (a[:, None] * a[None, :])
+    d_lam = -(S * S) @ g + c * jnp.diagonal(S)
+    if not k_grad:
+        return jnp.zeros_like(K), d_lam
+    P = a[:, None] * Binv * a[None, :]
+    R = eye - K @ P
+    return (R.T * g) @ R + c * P, d_lam
+
+
+_core.defvjp(_core_fwd, _core_bwd)
+
+
+def latent_posterior(K_Y, mubar, log_lam, *, full=False, k_grad=True):
     """q(X) from the Opper-Archambeau parameters (5.28), one latent dimension at a time:
-    S_q = (K_Y^-1 + Lambda_q)^-1 = K_Y - K_Y a B^-1 a K_Y with a = Lambda_q^1/2, B = I + a K_Y a,
-    mu_q = K_Y mubar_q. Returns means (N, Q), marginal variances (N, Q), KL(q(X) || p(X | Y))
-    = sum_q [tr(B^-1) + mubar_q^T K_Y mubar_q - N + log|B|] / 2 (tr(B^-1) = N - sum_n lambda_n
-    S_nn), and with ``full`` the covariances (Q, N, N)."""
+    S_q = (K_Y^-1 + Lambda_q)^-1 = A^-1 (I - B^-1) A^-1 with A = Lambda_q^1/2, B = I + A K_Y A,
+    mu_q = K_Y mubar_q, lambda from :func:`precisions`. Returns means (N, Q), marginal variances
+    (N, Q), KL(q(X) || p(X | Y)) = sum_q [tr(B^-1) + mubar_q^T K_Y mubar_q - N + log|B|] / 2
+    (tr(B^-1) = N - sum_n lambda_n S_nn), and with ``full`` the covariances (Q, N, N) (by the
+    stabler K_Y - K_Y A B^-1 A K_Y). ``k_grad=False``: no gradient with respect to K_Y (a fixed
+    latent prior), which saves three N x N products per dimension."""
     N = K_Y.shape[0]
-    eye = jnp.eye(N, dtype=K_Y.dtype)
+    lam = precisions(K_Y, log_lam)  # (N, Q)
+    # latent dimensions in batches of up to 2^25 / N^2 (256 MB per N x N stack)
+    batch = max(1, min(lam.shape[1], 2**25 // N**2))
+    var, logdet = jax.lax.map(lambda l: _core(K_Y, l, k_grad), lam.T, batch_size=batch)
+    var = jnp.maximum(var, _TINY)
+    mu = K_Y @ mubar
+    kl = 0.5 * jnp.sum(N - jnp.sum(lam.T * var, 1) + jnp.sum(mubar * mu, 0) - N + logdet)
+    out = (mu, var.T, kl)
+    if full:
+        eye = jnp.eye(N, dtype=K_Y.dtype)
 
-    def one(mb, ll):
-        a = jnp.exp(0.5 * ll)
-        LB = jnp.linalg.cholesky(eye + a[:, None] * K_Y * a[None, :])
-        V = jsl.solve_triangular(LB, a[:, None] * K_Y, lower=True)  # B^-1/2 a K_Y
-        var = jnp.maximum(jnp.diagonal(K_Y) - jnp.sum(V**2, 0), _TINY)
-        mu = K_Y @ mb
-        tr_Binv = N - jnp.sum(jnp.exp(ll) * var)
-        kl = 0.5 * (tr_Binv + mb @ mu - N + 2.0 * jnp.sum(jnp.log(jnp.diagonal(LB))))
-        cov = K_Y - V.T @ V if full else None
-        return mu, var, kl, cov
+        def cov(l):
+            a = jnp.sqrt(l)
+            LB = jnp.linalg.cholesky(eye + a[:, None] * K_Y * a[None, :])
+            V = jsl.solve_triangular(LB, a[:, None] * K_Y, lower=True)
+            return K_Y - V.T @ V
 
-    mu, var, kl, cov = jax.vmap(one, in_axes=(1, 1))(mubar, log_lam)
-    return (mu.T, var.T, jnp.sum(kl)) + ((cov,) if full else ())
+        out = out + (jax.vmap(cov)(lam.T),)
+    return out
 
 
 def _unpack(free, fixed):
@@ -205,13 +290,13 @@ def _unpack(free, fixed):
     return p, kernel_params, prior_params, jnp.exp(p["log_beta"])
 
 
-def _q_x(model, p, prior_params, Y, prior_kernel, jitter, full=False):
+def _q_x(model, p, prior_params, Y, prior_kernel, jitter, full=False, k_grad=False):
     if model == "unsupervised":
         mu, var = p["mean"], jnp.exp(p["log_var"])
         kl = 0.5 * jnp.sum(mu**2 + var - 1.0 - jnp.log(var))
         return (mu, var, kl) + ((var.T,) if full else ())
     K_Y = _prior_cov(Y, prior_kernel, prior_params, jitter)
-    return latent_posterior(K_Y, p["mubar"], p["log_lam"], full=full)
+    return latent_posterior(K_Y, p["mubar"], p["log_lam"], full=full, k_grad=k_grad)
 
 
 def bound(free, fixed, Y, Z, *, model, prior_kernel, jitter=sg.JITTER):
@@ -220,7 +305,7 @@ def bound(free, fixed, Y, Z, *, model, prior_kernel, jitter=sg.JITTER):
     the unsupervised model, ``mean``/``log_var``; ``inducing`` (M, Q); ``log_alpha`` (Q,);
     ``log_variance``; ``log_beta``; ``log_prior`` the latent-prior kernel's)."""
     p, kp, prior_params, beta = _unpack(free, fixed)
-    mu, var, kl = _q_x(model, p, prior_params, Y, prior_kernel, jitter)
+    mu, var, kl = _q_x(model, p, prior_params, Y, prior_kernel, jitter, k_grad="log_prior" in free)
     stats = sg.psi_statistics("rbf_ard", kp, mu, var, p["inducing"])
     return sg.collapsed_bound(Z, stats, sg.kernel("rbf_ard", kp, p["inducing"]), beta, jitter) - kl
 
@@ -268,7 +353,7 @@ def _check(Y, Z, model, latent_dim, num_inducing, prior_kernel):
 
 
 def fit(Y, Z=None, *, model="supervised", latent_dim=10, num_inducing=30, prior_kernel="rbf", snr="default",
-        optimize_prior=True, max_steps=2000, tol=1e-10, seed=0, jitter=sg.JITTER):
+        optimize_prior=False, max_steps=2000, tol=1e-10, seed=0, jitter=sg.JITTER):
     """Fit a Bayesian GPLVM by maximising the collapsed bound.
 
     Parameters
@@ -280,9 +365,9 @@ def fit(Y, Z=None, *, model="supervised", latent_dim=10, num_inducing=30, prior_
     num_inducing : M inducing inputs, initialised at M latent means chosen at random.
     prior_kernel : the kernel of the GP-latent prior (5.2): "rbf" (5.4), "linear" (5.3) or
         "matern32" (5.5), its parameters set from the inputs' median squared distance (section
-        5.5.3) and, with ``optimize_prior``, its length-scale optimised (5.26; its variance stays
-        fixed: with it free, the bound is flat along a joint rescaling of the prior, q(X), the
-        inducing inputs and the ARD alphas).
+        5.5.3) and kept (default), or with ``optimize_prior`` its length-scale optimised (5.26;
+        its variance stays fixed: with it free, the bound is flat along a joint rescaling of the
+        prior, q(X), the inducing inputs and the ARD alphas).
     snr : signal-to-noise ratio sigma_f^2 beta at which the signal variance (the outputs'
         variance) and the noise precision are fixed; None frees both; "default": 100 for the
         supervised model (section 5.5.3), None for the others.
@@ -339,10 +424,9 @@ def fit(Y, Z=None, *, model="supervised", latent_dim=10, num_inducing=30, prior_
         fixed["log_variance"] = params.pop("log_variance")
         fixed["log_beta"] = params.pop("log_beta")
 
-    objective = functools.partial(bound, fixed=fixed, Y=Yj, Z=Zj, model=model, prior_kernel=prior_kernel,
-                                  jitter=jitter)
+    objective = functools.partial(bound, model=model, prior_kernel=prior_kernel, jitter=jitter)
     start = time.perf_counter()
-    free, value, info = sg.maximize(objective, params, max_steps=max_steps, tol=tol)
+    free, value, info = sg.maximize(objective, params, args=(fixed, Yj, Zj), max_steps=max_steps, tol=tol)
     return GPLVMResult(model=model, prior_kernel=prior_kernel, free=free, fixed=fixed, Y=Yj, Z=Zj,
                        z_mean=jnp.asarray(z_mean), elbo=value, elbo_trace=np.asarray(info["trace"]),
                        converged=info["converged"], info=info, seconds=time.perf_counter() - start, jitter=jitter)
@@ -458,7 +542,7 @@ class GPLVMResult:
         eye = jnp.eye(K_Y.shape[0], dtype=K_Y.dtype)
 
         def one(mb, ll):
-            a = jnp.exp(0.5 * ll)
+            a = jnp.sqrt(precisions(K_Y, ll))
             LB = jnp.linalg.cholesky(eye + a[:, None] * K_Y * a[None, :])
             w = jsl.solve_triangular(LB, a[:, None] * k_s, lower=True)
             return k_s.T @ mb, jnp.maximum(k_ss - jnp.sum(w**2, 0), _TINY)
@@ -480,26 +564,29 @@ class GPLVMResult:
         start = {"mean": mu[np.argmin(d, 1)], "log_var": jnp.log(var[np.argmin(d, 1)])}
         Zall = jnp.concatenate([self.Z, Y_new - self.z_mean])
 
-        def objective(q):
+        def objective(q, mu, var, Zall):
             m = jnp.concatenate([mu, q["mean"]])
             v = jnp.concatenate([var, jnp.exp(q["log_var"])])
             stats = sg.psi_statistics("rbf_ard", kp, m, v, p["inducing"])
             kl = 0.5 * jnp.sum(q["mean"] ** 2 + jnp.exp(q["log_var"]) - 1.0 - q["log_var"])
             return sg.collapsed_bound(Zall, stats, sg.kernel("rbf_ard", kp, p["inducing"]), beta, self.jitter) - kl
 
-        q, _, _ = sg.maximize(objective, start, max_steps=max_steps)
+        q, _, _ = sg.maximize(objective, start, args=(mu, var, Zall), max_steps=max_steps)
         return np.asarray(q["mean"])
 
-    def predict(self, Y_new, *, num_samples=64, seed=0):
+    def predict(self, Y_new, *, num_samples=64, seed=0, return_draws=False):
         """The predictive mean of the outputs at new inputs (5.29): E[f_*] under q(U), averaged over
         ``num_samples`` draws of x* ~ q(x*) (5.30); the column means added back. For labels coded
-        1-of-K, the class is the argmax."""
+        1-of-K, the class is the argmax. ``return_draws``: also the (num_samples, n*, D) means
+        given each draw."""
         mean, var = self.predict_latent(Y_new)
-        draws = mean[None] + np.sqrt(var)[None] * np.random.default_rng(seed).normal(size=(int(num_samples),) + mean.shape)
+        rng = np.random.default_rng(seed)
+        draws = mean[None] + np.sqrt(var)[None] * rng.normal(size=(int(num_samples),) + mean.shape)
         kp, beta = self.kernel_params, 1.0 / self.noise_var
         f = jax.vmap(lambda x: sg.predict_f("rbf_ard", kp, self.inducing, self.stats, self.Z, beta, x, self.jitter)[0])(
             jnp.asarray(draws))
-        return np.asarray(f.mean(0) + self.z_mean)
+        f = np.asarray(f) + np.asarray(self.z_mean)
+        return (f.mean(0), f) if return_draws else f.mean(0)
 
     def _check_new(self, Y_new):
         Y_new = check_matrix("Y_new", Y_new)

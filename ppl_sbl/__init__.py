@@ -20,10 +20,10 @@ if not _os.path.isdir(_os.path.join(_here, "models")):
 
 _jax.config.update("jax_enable_x64", True)
 
-from . import basis, bounds, datasets, expfam, gaussian, likelihoods  # noqa: E402
+from . import basis, bounds, datasets, expfam, gaussian, likelihoods, sparse_gp  # noqa: E402
 from .arviz import compare, plot_elbo_trace, plot_grid_relevance, plot_relevance, to_inference_data  # noqa: E402
 from .diagnostics import GuideCheck, check_guide  # noqa: E402
-from .estimators import RVC, RVR  # noqa: E402
+from .estimators import RVC, RVR, GPLVMClassifier  # noqa: E402
 from .inference import CAVI, CAVIResult, ClosedFormGuide, closed_form_guide, fit, fit_grid  # noqa: E402
 
 __all__ = [
@@ -42,11 +42,13 @@ __all__ = [
     "plot_grid_relevance",
     "RVR",
     "RVC",
+    "GPLVMClassifier",
     "basis",
     "bounds",
     "datasets",
     "expfam",
     "gaussian",
     "likelihoods",
+    "sparse_gp",
 ]
 __version__ = "0.1.0"

@@ -27,6 +27,8 @@ __all__ = [
     "mixture_bayes_error",
     "mixture_centres",
     "digits_table",
+    "digits",
+    "one_of_k",
     "biopsy",
     "biopsy_data",
     "flip_labels",
@@ -135,6 +137,36 @@ def mixture_centres(seed=0, bayes_error=(0.19, 0.21)) -> np.ndarray:
         if bayes_error[0] <= mixture_bayes_error(centres) <= bayes_error[1]:
             return centres
     raise RuntimeError("no draw of mixture centres had a Bayes error in the requested range.")
+
+
+def digits(n_train=500, *, seed=0) -> Dataset:
+    """scikit-learn's bundled handwritten digits (1797 images of 8 x 8 pixels, UCI; ten classes)
+    as 64 features scaled to [0, 1] (intensity / 16), labels 0-9. ``n_train`` images drawn at
+    random, stratified by class, from ``seed`` (all 1797 with ``n_train=None``); the rest form the
+    test set."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as err:  # pragma: no cover - depends on the extras
+        raise ImportError("digits needs scikit-learn: pip install 'ppl-sbl[sklearn]'.") from err
+    d = load_digits()
+    X, labels = d.data / 16.0, d.target.astype(np.int64)
+    if n_train is None:
+        return Dataset(X, labels, X[:0], labels[:0], "scikit-learn digits, 64 pixels in [0, 1], ten classes")
+    n_train = int(n_train)
+    if not 10 <= n_train <= len(labels) - 10:
+        raise ValueError(f"`n_train` must be between 10 and {len(labels) - 10}; got {n_train}.")
+    from sklearn.model_selection import train_test_split
+
+    train, test = train_test_split(np.arange(len(labels)), train_size=n_train, stratify=labels, random_state=seed)
+    return Dataset(X[train], labels[train], X[test], labels[test],
+                   "scikit-learn digits, 64 pixels in [0, 1], ten classes")
+
+
+def one_of_k(labels, classes=None):
+    """Labels coded 1-of-K in {-1, 1} (Sauer's thesis, section 5.3): (N, K), one column per class."""
+    labels = np.asarray(labels)
+    classes = np.unique(labels) if classes is None else np.asarray(classes)
+    return np.where(labels[:, None] == classes[None, :], 1.0, -1.0)
 
 
 def digits_table(n_train=200, *, positive=(0, 1, 2, 3, 4), seed=0) -> Dataset:

@@ -1,4 +1,4 @@
-"""scikit-learn-style estimators on the same engine: ``RVR`` and ``RVC``.
+"""scikit-learn-style estimators on the same engine: ``RVR``, ``RVC`` and ``GPLVMClassifier``.
 
 They build an RBF (or linear) design matrix from the inputs, fit ``ppl_sbl.models.rvm`` with
 :class:`ppl_sbl.CAVI`, and keep the fitted :class:`ppl_sbl.CAVIResult` in ``result_``. They
@@ -11,9 +11,10 @@ import numpy as np
 
 from . import basis as _basis
 from .inference import CAVI
+from .datasets import one_of_k
 from .validation import check_matrix, check_targets
 
-__all__ = ["RVR", "RVC"]
+__all__ = ["RVR", "RVC", "GPLVMClassifier"]
 
 
 class _RVMBase:
@@ -150,3 +151,81 @@ class RVC(_RVMBase):
     def score(self, X, y):
         """Mean accuracy."""
         return float(np.mean(self.predict(X) == np.asarray(y)))
+
+
+class GPLVMClassifier:
+    """Classification with the supervised Bayesian GPLVM (Sauer's thesis, chapter 5): labels coded
+    1-of-K in {-1, 1} as the outputs Z of :func:`ppl_sbl.models.gplvm.fit` (any labels).
+
+    Parameters
+    ----------
+    latent_dim, num_inducing, prior_kernel, snr, optimize_prior, max_steps, seed :
+        passed to :func:`ppl_sbl.models.gplvm.fit` (``prior_kernel``: "rbf", "linear", "matern32").
+    classifier : "posterior" (5.29: the class with the largest predictive mean, averaged over
+        ``num_samples`` draws of q(x*)) or "knn" (``n_neighbors``-nearest neighbours on the latent
+        means of the training points, with eq. 5.32 for new inputs).
+    """
+
+    _param_names = ("latent_dim", "num_inducing", "prior_kernel", "classifier", "n_neighbors", "num_samples", "snr",
+                    "optimize_prior", "max_steps", "seed")
+
+    def __init__(self, latent_dim=10, num_inducing=30, prior_kernel="rbf", classifier="posterior", n_neighbors=1,
+                 num_samples=64, snr=100.0, optimize_prior=False, max_steps=2000, seed=0):
+        self.latent_dim, self.num_inducing, self.prior_kernel = latent_dim, num_inducing, prior_kernel
+        self.classifier, self.n_neighbors, self.num_samples = classifier, n_neighbors, num_samples
+        self.snr, self.optimize_prior, self.max_steps, self.seed = snr, optimize_prior, max_steps, seed
+
+    get_params = _RVMBase.get_params
+    set_params = _RVMBase.set_params
+    __repr__ = _RVMBase.__repr__
+
+    def fit(self, Y, labels):
+        from .models import gplvm
+
+        if self.classifier not in ("posterior", "knn"):
+            raise ValueError(f"`classifier` must be 'posterior' or 'knn'; got {self.classifier!r}.")
+        Y = check_matrix("Y", Y)
+        labels = np.asarray(labels)
+        if labels.ndim != 1 or len(labels) != len(Y):
+            raise ValueError(f"`labels` must be a vector of {len(Y)} labels (one per row of Y); got shape {labels.shape}.")
+        self.classes_, index = np.unique(labels, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise ValueError(f"`labels` must hold at least two classes; found {self.classes_.tolist()}.")
+        Z = one_of_k(index, np.arange(len(self.classes_)))
+        self.result_ = gplvm.fit(Y, Z, model="supervised", latent_dim=self.latent_dim, num_inducing=self.num_inducing,
+                                 prior_kernel=self.prior_kernel, snr=self.snr, optimize_prior=self.optimize_prior,
+                                 max_steps=self.max_steps, seed=self.seed)
+        if self.classifier == "knn":
+            from sklearn.neighbors import KNeighborsClassifier
+
+            self.knn_ = KNeighborsClassifier(n_neighbors=self.n_neighbors).fit(self.result_.latent_mean, index)
+        return self
+
+    def _check_fitted(self):
+        if not hasattr(self, "result_"):
+            raise ValueError("this GPLVMClassifier is not fitted yet; call fit(Y, labels) first.")
+
+    def transform(self, Y):
+        """Latent means of the inputs (eq. 5.32), (n, latent_dim)."""
+        self._check_fitted()
+        return self.result_.transform(Y)
+
+    def predict_proba(self, Y):
+        """"posterior": the share of the draws of q(x*) whose predictive mean is largest for each
+        class; "knn": the share of the neighbours in each class. Columns follow ``classes_``."""
+        self._check_fitted()
+        if self.classifier == "knn":
+            return self.knn_.predict_proba(self.transform(Y))
+        _, draws = self.result_.predict(Y, num_samples=self.num_samples, seed=self.seed, return_draws=True)
+        winners = draws.argmax(-1)  # (num_samples, n)
+        return np.stack([np.mean(winners == k, 0) for k in range(len(self.classes_))], 1)
+
+    def predict(self, Y):
+        self._check_fitted()
+        if self.classifier == "knn":
+            return self.classes_[self.knn_.predict(self.transform(Y))]
+        return self.classes_[self.result_.predict(Y, num_samples=self.num_samples, seed=self.seed).argmax(1)]
+
+    def score(self, Y, labels):
+        """Mean accuracy."""
+        return float(np.mean(self.predict(Y) == np.asarray(labels)))

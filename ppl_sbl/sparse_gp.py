@@ -177,17 +177,20 @@ def psi_statistics(name, params, mu, S, Z):
         Psi1 = var * jnp.exp(-0.5 * jnp.sum(jnp.log(d1), 1)[:, None]
                              - 0.5 * jnp.sum(a * diff**2 / d1[:, None, :], -1))
         # Psi2_mm' = s2^2 sum_n prod_q (2 a_q S_nq + 1)^-1/2
-        #            exp(-a_q (z_mq - z_m'q)^2 / 4 - a_q (mu_nq - zbar_q)^2 / (2 a_q S_nq + 1))
-        d2 = 2.0 * a * S + 1.0
-        zbar = 0.5 * (Z[:, None, :] + Z[None, :, :])  # (M, M, Q)
+        #            exp(-a_q (z_mq - z_m'q)^2 / 4 - a_q (mu_nq - zbar_q)^2 / (2 a_q S_nq + 1)),
+        # zbar = (z_m + z_m') / 2; with w = a / (2 a S + 1) the second exponent expands into
+        # w.mu^2 - (w mu).(z_m + z_m') + (w.z_m^2 + w.z_m'^2 + 2 (w z_m).z_m') / 4, so the sum over n
+        # is products with matrices (N, M) and (N, M^2): O(N M^2 Q) in GEMMs, no (N, M, M, Q) array
+        M = Z.shape[0]
+        w = a / (2.0 * a * S + 1.0)  # (N, Q)
+        lin = (w * mu) @ Z.T  # (N, M)
+        sq = w @ (Z**2).T  # (N, M)
+        cross = w @ (Z[:, None, :] * Z[None, :, :]).reshape(M * M, -1).T  # (N, M^2)
+        e = (jnp.sum(w * mu**2, 1)[:, None, None] - lin[:, :, None] - lin[:, None, :]
+             + 0.25 * (sq[:, :, None] + sq[:, None, :] + 2.0 * cross.reshape(N, M, M)))
+        logdet = -0.5 * jnp.sum(jnp.log(2.0 * a * S + 1.0), 1)  # (N,)
         dz = jnp.sum(a * (Z[:, None, :] - Z[None, :, :]) ** 2, -1)  # (M, M)
-
-        def one(carry, n):
-            e = jnp.sum(a * (mu[n] - zbar) ** 2 / d2[n], -1)
-            return carry + jnp.exp(-0.5 * jnp.sum(jnp.log(d2[n])) - e), None
-
-        total, _ = jax.lax.scan(one, jnp.zeros(dz.shape, mu.dtype), jnp.arange(N))
-        Psi2 = var**2 * jnp.exp(-0.25 * dz) * total
+        Psi2 = var**2 * jnp.exp(-0.25 * dz) * jnp.sum(jnp.exp(logdet[:, None, None] - e), 0)
         return PsiStats(N * var, Psi1, Psi2)
     if name == "linear":
         a = params["variance"] * jnp.ones(mu.shape[1], mu.dtype)
@@ -267,26 +270,27 @@ def predict_f(name, params, Z, stats: PsiStats, Y, beta, Xnew, jitter=JITTER):
 # ----------------------------------------------------------------------------------------------
 # Optimisation: L-BFGS on unconstrained parameters (scipy's, with a jitted JAX value and gradient)
 # ----------------------------------------------------------------------------------------------
-def maximize(objective, params, *, max_steps=1000, tol=1e-9, callback=None):
-    """Maximise ``objective(params)`` (a JAX function of a pytree of float64 arrays) by L-BFGS
+def maximize(objective, params, *, args=(), max_steps=1000, tol=1e-9, callback=None):
+    """Maximise ``objective(params, *args)`` (a JAX function of a pytree of float64 arrays; the
+    data in ``args`` are passed to the compiled function, not baked into it) by L-BFGS
     (``scipy.optimize.minimize``) with the gradient from ``jax.value_and_grad``, compiled once.
     Returns (params, value, info) with info = dict(steps, converged, message, trace)."""
     import scipy.optimize
     from jax.flatten_util import ravel_pytree
 
     flat, unravel = ravel_pytree(params)
-    value_and_grad = jax.jit(jax.value_and_grad(lambda v: -objective(unravel(v))))
+    value_and_grad = jax.jit(jax.value_and_grad(lambda v, *a: -objective(unravel(v), *a)))
     trace = []
 
     def fun(v):
-        val, grad = value_and_grad(jnp.asarray(v))
+        val, grad = value_and_grad(jnp.asarray(v), *args)
         val, grad = float(val), np.asarray(grad, dtype=np.float64)
         if not np.isfinite(val) or not np.all(np.isfinite(grad)):
             return np.inf, np.zeros_like(grad)  # the line search backs off
         return val, grad
 
     def record(v):
-        trace.append(-float(value_and_grad(jnp.asarray(v))[0]) if callback is None else callback(unravel(v)))
+        trace.append(-float(value_and_grad(jnp.asarray(v), *args)[0]) if callback is None else callback(unravel(v)))
 
     res = scipy.optimize.minimize(fun, np.asarray(flat, dtype=np.float64), jac=True, method="L-BFGS-B",
                                   callback=record, options={"maxiter": int(max_steps), "ftol": tol, "gtol": 1e-8,
@@ -349,12 +353,12 @@ def fit(X, Y, *, kernel="rbf_ard", num_inducing=20, Z=None, noise_var=None, opti
         free["Z"] = jnp.asarray(Z)
     Xj, Yj, Zj = jnp.asarray(X), jnp.asarray(Y), jnp.asarray(Z)
 
-    def bound(p):
+    def bound(p, X, Y, Z0):
         kp = _positive(p["kernel"])
-        Zc = p.get("Z", Zj)
-        stats = fixed_input_statistics(kernel, kp, Xj, Zc)
-        return collapsed_bound(Yj, stats, _lookup(kernel).matrix(kp, Zc, Zc), jnp.exp(-p["noise"]), jitter)
+        Zc = p.get("Z", Z0)
+        stats = fixed_input_statistics(kernel, kp, X, Zc)
+        return collapsed_bound(Y, stats, _lookup(kernel).matrix(kp, Zc, Zc), jnp.exp(-p["noise"]), jitter)
 
-    p, value, info = maximize(bound, free, max_steps=max_steps)
+    p, value, info = maximize(bound, free, args=(Xj, Yj, Zj), max_steps=max_steps)
     return SparseGP(kernel, _positive(p["kernel"]), p.get("Z", Zj), float(jnp.exp(p["noise"])), Xj, Yj, value,
                     info, jitter)
