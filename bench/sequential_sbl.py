@@ -1,7 +1,7 @@
 """Benchmark: sequential SBL against scikit-learn's ARDRegression and against refitting.
 
 Not a test (the tests run ``--quick``). Data: scikit-image's ``camera`` image downscaled to each
-size in ``--sizes`` (default 32, 64, 128), scaled to [0, 1], 45% of the pixels observed at
+size in ``--sizes`` (default 32, 48, 64, 80, 128), scaled to [0, 1], 45% of the pixels observed at
 random; dictionary: the 2-D Haar wavelets of scale 1 (M = number of pixels). Arms:
 
 (a) ``sequential_sbl.fit`` at the fixed noise variance ``--noise-var`` (the image experiment's
@@ -165,7 +165,7 @@ def loglog(sizes, seconds, target):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="sizes 16 and 32, ARD at 16 and 32 (seconds)")
-    p.add_argument("--sizes", type=int, nargs="+", default=[32, 64, 128])
+    p.add_argument("--sizes", type=int, nargs="+", default=[32, 48, 64, 80, 128])
     p.add_argument("--ard-sizes", type=int, nargs="+", default=[32, 48, 64, 80])
     p.add_argument("--noise-sizes", type=int, nargs="+", default=[32, 48, 64, 80],
                    help="sizes at which (b), sigma^2 after every move, runs (default 32 48 64 80)")
@@ -226,8 +226,10 @@ def main(argv=None):
     biggest = max(rows, key=lambda r: r["size"])
     summary["peak_bytes_at_largest"] = biggest["fixed_noise"]["peak_bytes"]
     summary["dense_nxn_bytes_at_largest"] = biggest["dense_nxn_bytes"]
-    goals = {  # the issue's: sigma^2 re-estimated after every move, at the largest size ARD finished
+    goals = {  # the issue's: sigma^2 re-estimated after every move, at the largest size ARD finished; the
+        # fit to its own convergence (tol 1e-13), and the fit stopped at the first move whose L exceeds ARD's
         "fit_20x_faster_than_ard": summary.get("ard_over_ours_every_move_at_largest_ard_size", 0) >= 20,
+        "passes_ard_L_20x_sooner_than_ard_finishes": summary.get("ard_over_ours_every_move_to_ard_L", 0) >= 20,
         "L_at_least_ard": summary.get("L_ours_every_move_minus_ard", -1) >= -1e-6,
         "add_sample_100x_faster_than_refit": summary["add_sample_speedup_min"] >= 100,
         "peak_below_one_nxn_at_largest": summary["peak_bytes_at_largest"] < summary["dense_nxn_bytes_at_largest"],

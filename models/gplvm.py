@@ -58,6 +58,7 @@ __all__ = [
     "latent_posterior",
     "bound",
     "fit",
+    "initial_parameters",
     "GPLVMResult",
     "MODELS",
     "PRIOR_KERNELS",
@@ -353,7 +354,7 @@ def _check(Y, Z, model, latent_dim, num_inducing, prior_kernel):
 
 
 def fit(Y, Z=None, *, model="supervised", latent_dim=10, num_inducing=30, prior_kernel="rbf", snr="default",
-        optimize_prior=False, max_steps=2000, tol=1e-10, seed=0, jitter=sg.JITTER):
+        optimize_prior=False, max_steps=2000, tol=1e-10, seed=0, jitter=sg.JITTER, progress_bar=None):
     """Fit a Bayesian GPLVM by maximising the collapsed bound.
 
     Parameters
@@ -372,11 +373,33 @@ def fit(Y, Z=None, *, model="supervised", latent_dim=10, num_inducing=30, prior_
         variance) and the noise precision are fixed; None frees both; "default": 100 for the
         supervised model (section 5.5.3), None for the others.
     max_steps, tol : L-BFGS iterations and relative tolerance on the bound.
+    progress_bar : show one (tqdm) with the bound; None: only for fits expected to be long
+        (N x Q x max_steps above 10^7).
 
     Returns
     -------
     GPLVMResult
     """
+    if progress_bar is None:
+        progress_bar = len(np.asarray(Y)) * int(latent_dim) * int(max_steps) > 1e7
+    free, fixed, Yj, Zj, z_mean = initial_parameters(Y, Z, model=model, latent_dim=latent_dim,
+                                                     num_inducing=num_inducing, prior_kernel=prior_kernel, snr=snr,
+                                                     optimize_prior=optimize_prior, seed=seed, jitter=jitter)
+    objective = functools.partial(bound, model=model, prior_kernel=prior_kernel, jitter=jitter)
+    start = time.perf_counter()
+    free, value, info = sg.maximize(objective, free, args=(fixed, Yj, Zj), max_steps=max_steps, tol=tol,
+                                    progress_bar=progress_bar)
+    return GPLVMResult(model=model, prior_kernel=prior_kernel, free=free, fixed=fixed, Y=Yj, Z=Zj,
+                       z_mean=jnp.asarray(z_mean), elbo=value, elbo_trace=np.asarray(info["trace"]),
+                       converged=info["converged"], info=info, seconds=time.perf_counter() - start, jitter=jitter)
+
+
+def initial_parameters(Y, Z=None, *, model="supervised", latent_dim=10, num_inducing=30, prior_kernel="rbf",
+                       snr="default", optimize_prior=False, seed=0, jitter=sg.JITTER):
+    """The starting point of :func:`fit` (section 5.5.3): q(X) means by PCA (mubar = K_Y^-1 mu by a
+    ridge solve), lambda = 10 / mean(diag K_Y), inducing inputs at M latent means chosen at random,
+    ARD alphas from the latent means' median squared distance, the latent prior from the inputs'.
+    Returns (free, fixed, Y, centred Z, Z's column means), the arguments of :func:`bound`."""
     Y, Z, Q, M = _check(Y, Z, model, latent_dim, num_inducing, prior_kernel)
     if model != "supervised":
         Z = Y
@@ -423,13 +446,7 @@ def fit(Y, Z=None, *, model="supervised", latent_dim=10, num_inducing=30, prior_
     if snr is not None:
         fixed["log_variance"] = params.pop("log_variance")
         fixed["log_beta"] = params.pop("log_beta")
-
-    objective = functools.partial(bound, model=model, prior_kernel=prior_kernel, jitter=jitter)
-    start = time.perf_counter()
-    free, value, info = sg.maximize(objective, params, args=(fixed, Yj, Zj), max_steps=max_steps, tol=tol)
-    return GPLVMResult(model=model, prior_kernel=prior_kernel, free=free, fixed=fixed, Y=Yj, Z=Zj,
-                       z_mean=jnp.asarray(z_mean), elbo=value, elbo_trace=np.asarray(info["trace"]),
-                       converged=info["converged"], info=info, seconds=time.perf_counter() - start, jitter=jitter)
+    return params, fixed, Yj, Zj, z_mean
 
 
 # ----------------------------------------------------------------------------------------------

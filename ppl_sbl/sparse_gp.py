@@ -270,10 +270,11 @@ def predict_f(name, params, Z, stats: PsiStats, Y, beta, Xnew, jitter=JITTER):
 # ----------------------------------------------------------------------------------------------
 # Optimisation: L-BFGS on unconstrained parameters (scipy's, with a jitted JAX value and gradient)
 # ----------------------------------------------------------------------------------------------
-def maximize(objective, params, *, args=(), max_steps=1000, tol=1e-9, callback=None):
+def maximize(objective, params, *, args=(), max_steps=1000, tol=1e-9, callback=None, progress_bar=False):
     """Maximise ``objective(params, *args)`` (a JAX function of a pytree of float64 arrays; the
     data in ``args`` are passed to the compiled function, not baked into it) by L-BFGS
     (``scipy.optimize.minimize``) with the gradient from ``jax.value_and_grad``, compiled once.
+    ``progress_bar``: a tqdm bar over the iterations showing the objective.
     Returns (params, value, info) with info = dict(steps, converged, message, trace)."""
     import scipy.optimize
     from jax.flatten_util import ravel_pytree
@@ -282,19 +283,38 @@ def maximize(objective, params, *, args=(), max_steps=1000, tol=1e-9, callback=N
     value_and_grad = jax.jit(jax.value_and_grad(lambda v, *a: -objective(unravel(v), *a)))
     trace = []
 
+    last = {}
+
     def fun(v):
         val, grad = value_and_grad(jnp.asarray(v), *args)
         val, grad = float(val), np.asarray(grad, dtype=np.float64)
+        last["x"], last["value"] = np.array(v, copy=True), val
         if not np.isfinite(val) or not np.all(np.isfinite(grad)):
             return np.inf, np.zeros_like(grad)  # the line search backs off
         return val, grad
 
+    bar = None
+    if progress_bar:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=int(max_steps), desc="L-BFGS")
+
     def record(v):
-        trace.append(-float(value_and_grad(jnp.asarray(v), *args)[0]) if callback is None else callback(unravel(v)))
+        if callback is not None:
+            trace.append(callback(unravel(v)))
+        elif "x" in last and np.array_equal(v, last["x"]):  # the accepted point is the last one evaluated
+            trace.append(-last["value"])
+        else:
+            trace.append(-float(value_and_grad(jnp.asarray(v), *args)[0]))
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(bound=f"{trace[-1]:.4f}")
 
     res = scipy.optimize.minimize(fun, np.asarray(flat, dtype=np.float64), jac=True, method="L-BFGS-B",
                                   callback=record, options={"maxiter": int(max_steps), "ftol": tol, "gtol": 1e-8,
                                                             "maxcor": 20})
+    if bar is not None:
+        bar.close()
     return unravel(jnp.asarray(res.x)), -float(res.fun), {"steps": int(res.nit), "converged": bool(res.success),
                                                            "message": str(res.message), "trace": trace}
 

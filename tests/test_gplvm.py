@@ -178,3 +178,39 @@ def test_bad_inputs_get_named_errors():
         gplvm.fit(Y, Z, model="pca")
     with pytest.raises(ValueError, match="`prior_kernel` must be one of"):
         gplvm.fit(Y, Z, prior_kernel="cosine")
+
+
+def test_classifier_estimator_any_labels():
+    from ppl_sbl import GPLVMClassifier
+
+    Y, Z = toy(30)
+    labels = np.where(Z[:, 0] > 0, "pos", "neg")
+    for classifier in ("posterior", "knn"):
+        clf = GPLVMClassifier(latent_dim=2, num_inducing=5, classifier=classifier, max_steps=150).fit(Y, labels)
+        assert list(clf.classes_) == ["neg", "pos"]
+        proba = clf.predict_proba(Y)
+        np.testing.assert_allclose(proba.sum(1), 1.0)
+        # predict agrees with the largest probability wherever that is unambiguous
+        sure = proba.max(1) > 0.75
+        assert np.all(clf.predict(Y)[sure] == clf.classes_[proba[sure].argmax(1)])
+        assert clf.score(Y, labels) > 0.9
+        assert clf.transform(Y[:3]).shape == (3, 2)
+    with pytest.raises(ValueError, match="at least two classes"):
+        GPLVMClassifier().fit(Y, np.zeros(len(Y)))
+    with pytest.raises(ValueError, match="`classifier` must be"):
+        GPLVMClassifier(classifier="svm").fit(Y, labels)
+    with pytest.raises(ValueError, match="not fitted"):
+        GPLVMClassifier().predict(Y)
+
+
+def test_cli_ranks_gplvms_on_digits():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "digits", "--n-train", "60",
+                          "--gplvm-dims", "2", "3", "--num-inducing", "8", "--gplvm-steps", "25", "--max-sweeps", "50"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Bayesian GPLVMs on scikit-learn digits" in out.stdout
+    for name in ("supervised, Q = 2", "supervised, Q = 3", "autoencoder, Q = 3", "unsupervised, Q = 3"):
+        assert name in out.stdout

@@ -1,0 +1,182 @@
+"""Benchmark: the supervised Bayesian GPLVM's bound and gradient against the Q Cholesky
+factorisations it cannot avoid, and whole fits.
+
+Not a test (the tests run ``--quick``). Data: scikit-learn's digits (64 features in [0, 1]),
+the first N images for N in ``--sizes`` (default 100 200 400 800 1797), labels 1-of-K in {-1, 1};
+the supervised model with the RBF latent prior, Q = ``--latent-dim`` (20) latent dimensions, M =
+``--num-inducing`` (30) inducing inputs, at :func:`gplvm.initial_parameters` (the fit's start).
+
+Per N:
+
+* one evaluation of the bound and its gradient (``jax.value_and_grad``, compiled once; median
+  of ``--reps`` runs) and of the bound alone;
+* the reference: the Q Cholesky factorisations of the N x N matrices B_q = I + A_q K_Y A_q the
+  bound needs, as JAX does them (``vmap(jnp.linalg.cholesky)``, compiled) and as LAPACK's dpotrf
+  does them (scipy, one after the other) — the bound cannot avoid them (log|B_q| and q(X)'s
+  variances, section 5.4: O(Q N^3));
+* the ratio bound-and-gradient / JAX Cholesky (the goal: at most 3 at every N) and the log-log
+  slope of each time in N.
+
+Whole fits (``--fit-sizes``, default 500 and 1797; ``--fit-steps`` L-BFGS iterations at most, 1000
+and 300 by default): seconds, iterations, bound, converged, latent dimensions ARD kept.
+
+Usage::
+
+    python bench/gplvm.py | tee bench/results/gplvm_cpu.log
+    python bench/gplvm.py --quick
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from _common import environment  # noqa: E402
+
+
+def median_time(fn, reps):
+    import numpy as np
+
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def problem(N, args):
+    import numpy as np
+
+    from ppl_sbl import datasets
+    from ppl_sbl.models import gplvm
+
+    d = datasets.digits(None)
+    Y, labels = d.X_train[:N], d.t_train[:N]
+    Z = datasets.one_of_k(labels, np.arange(10))
+    return gplvm.initial_parameters(Y, Z, model="supervised", latent_dim=args.latent_dim,
+                                    num_inducing=args.num_inducing, seed=args.seed)
+
+
+def time_size(N, args):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import scipy.linalg.lapack as lapack
+
+    from ppl_sbl import sparse_gp as sg
+    from ppl_sbl.models import gplvm
+
+    free, fixed, Y, Z, _ = problem(N, args)
+
+    def objective(p, fixed, Y, Z):
+        return gplvm.bound(p, fixed, Y, Z, model="supervised", prior_kernel="rbf")
+
+    vg = jax.jit(jax.value_and_grad(objective))
+    value = jax.jit(objective)
+    jax.block_until_ready(vg(free, fixed, Y, Z))
+    jax.block_until_ready(value(free, fixed, Y, Z))
+    t_vg = median_time(lambda: jax.block_until_ready(vg(free, fixed, Y, Z)), args.reps)
+    t_v = median_time(lambda: jax.block_until_ready(value(free, fixed, Y, Z)), args.reps)
+
+    # the matrices the bound factorises
+    prior = {k: jnp.exp(v) for k, v in fixed["log_prior"].items()}
+    K = gplvm._prior_cov(Y, "rbf", prior, sg.JITTER)
+    lam = gplvm.precisions(K, free["log_lam"])
+    a = jnp.sqrt(lam.T)  # (Q, N)
+    B = jnp.eye(N)[None] + a[:, :, None] * K[None] * a[:, None, :]
+    chol = jax.jit(jax.vmap(jnp.linalg.cholesky))
+    jax.block_until_ready(chol(B))
+    t_chol = median_time(lambda: jax.block_until_ready(chol(B)), args.reps)
+    Bn = np.asarray(B)
+    t_potrf = median_time(lambda: [lapack.dpotrf(b, lower=1, clean=0) for b in Bn], args.reps)
+    row = {"n": N, "latent_dim": args.latent_dim, "num_inducing": args.num_inducing, "bound_and_grad_seconds": t_vg,
+           "bound_seconds": t_v, "jax_cholesky_seconds": t_chol, "lapack_potrf_seconds": t_potrf,
+           "ratio_to_jax_cholesky": t_vg / t_chol, "ratio_to_lapack_potrf": t_vg / t_potrf,
+           "bound": float(value(free, fixed, Y, Z))}
+    print(f"{N:>5} | {t_vg:10.4f} {t_v:9.4f} | {t_chol:10.4f} {t_potrf:10.4f} | {t_vg / t_chol:9.2f} "
+          f"{t_vg / t_potrf:9.2f}", flush=True)
+    return row
+
+
+def fit_size(N, steps, args):
+    from ppl_sbl import datasets
+    from ppl_sbl.models import gplvm
+
+    import numpy as np
+
+    d = datasets.digits(None)
+    Y, labels = d.X_train[:N], d.t_train[:N]
+    res = gplvm.fit(Y, datasets.one_of_k(labels, np.arange(10)), model="supervised", latent_dim=args.latent_dim,
+                    num_inducing=args.num_inducing, max_steps=steps, seed=args.seed, progress_bar=False)
+    row = {"n": N, "max_steps": steps, "seconds": res.seconds, "steps": res.info["steps"], "bound": res.elbo,
+           "converged": res.converged, "message": res.info["message"], "kept_dims": [int(i) for i in res.relevant_dims],
+           "seconds_per_step": res.seconds / max(res.info["steps"], 1)}
+    print(f"  fit N = {N:>5}: {res.seconds:8.1f}s  {res.info['steps']:5d} L-BFGS steps (at most {steps})  "
+          f"bound {res.elbo:12.3f}  converged {res.converged}  ARD kept {len(res.relevant_dims)} of {args.latent_dim}",
+          flush=True)
+    return row
+
+
+def slope(xs, ys):
+    import numpy as np
+
+    if len(xs) < 2:
+        return float("nan")
+    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="N 50 and 100, Q 5, one short fit (seconds)")
+    p.add_argument("--sizes", type=int, nargs="+", default=[100, 200, 400, 800, 1797])
+    p.add_argument("--fit-sizes", type=int, nargs="*", default=[500, 1797])
+    p.add_argument("--fit-steps", type=int, nargs="*", default=[1000, 300],
+                   help="L-BFGS iterations at most for each of --fit-sizes (default 1000 300)")
+    p.add_argument("--latent-dim", type=int, default=20)
+    p.add_argument("--num-inducing", type=int, default=30)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=os.path.join(HERE, "results", "gplvm_cpu.json"))
+    args = p.parse_args(argv)
+    if args.quick:
+        args.sizes, args.fit_sizes, args.fit_steps, args.latent_dim, args.num_inducing, args.reps = \
+            [50, 100], [60], [20], 5, 10, 2
+    if len(args.fit_steps) != len(args.fit_sizes):
+        p.error("--fit-steps needs one value per --fit-sizes")
+    import jax
+
+    env = environment("sklearn")
+    print(f"# GPLVM benchmark  {env['date']}  backend={jax.default_backend()}  cpus={env['cpu_count']}  "
+          f"load={env['load_average']}  Q={args.latent_dim}  M={args.num_inducing}", flush=True)
+    print("\n    N | bound+grad s   bound s | Q chol JAX s  Q potrf s | ratio JAX ratio LAPACK", flush=True)
+    rows = [time_size(N, args) for N in args.sizes]
+    summary = {
+        "slope_bound_and_grad": slope(args.sizes, [r["bound_and_grad_seconds"] for r in rows]),
+        "slope_jax_cholesky": slope(args.sizes, [r["jax_cholesky_seconds"] for r in rows]),
+        "max_ratio_to_jax_cholesky": max(r["ratio_to_jax_cholesky"] for r in rows),
+        "max_ratio_to_lapack_potrf": max(r["ratio_to_lapack_potrf"] for r in rows),
+    }
+    print(f"# log-log slope in N: bound+grad {summary['slope_bound_and_grad']:.2f}, Q Cholesky (JAX) "
+          f"{summary['slope_jax_cholesky']:.2f} (section 5.4: O(Q N^3))", flush=True)
+    fits = [fit_size(N, steps, args) for N, steps in zip(args.fit_sizes, args.fit_steps)]
+    goals = {"bound_and_grad_within_3x_q_cholesky_at_every_n": summary["max_ratio_to_jax_cholesky"] <= 3.0}
+    print("# goals: " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in goals.items())
+          + f" (largest ratio {summary['max_ratio_to_jax_cholesky']:.2f} to JAX's Cholesky, "
+          f"{summary['max_ratio_to_lapack_potrf']:.2f} to LAPACK's)", flush=True)
+    out = args.out.replace(".json", "_quick.json") if args.quick else args.out
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump({"benchmark": "supervised GPLVM bound and gradient vs Q Cholesky factorisations", "environment": env,
+                   "args": vars(args), "rows": rows, "fits": fits, "summary": summary, "goals": goals}, f, indent=1)
+    print(f"# wrote {out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

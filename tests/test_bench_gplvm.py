@@ -1,0 +1,20 @@
+"""The GPLVM speed bench's quick mode runs and its record is consistent with itself."""
+import math
+
+from scripts import run_script
+
+
+def test_gplvm_bench_quick(tmp_path):
+    proc, record = run_script("bench/gplvm.py", "--quick", "--out", tmp_path / "g.json", record=tmp_path / "g_quick.json")
+    assert "# goals" in proc.stdout
+    rows = record["rows"]
+    assert [r["n"] for r in rows] == [50, 100]
+    for r in rows:
+        assert r["bound_and_grad_seconds"] > 0 and r["jax_cholesky_seconds"] > 0
+        assert r["ratio_to_jax_cholesky"] == r["bound_and_grad_seconds"] / r["jax_cholesky_seconds"]
+        assert math.isfinite(r["bound"])
+    fit = record["fits"][0]
+    assert fit["n"] == 60 and 1 <= fit["steps"] <= 20 and math.isfinite(fit["bound"])
+    assert 1 <= len(fit["kept_dims"]) <= 5
+    assert record["goals"]["bound_and_grad_within_3x_q_cholesky_at_every_n"] == (
+        max(r["ratio_to_jax_cholesky"] for r in rows) <= 3.0)
