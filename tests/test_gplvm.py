@@ -125,14 +125,21 @@ def test_fixed_point_equations_hold_at_the_optimum():
 
 
 def test_linear_prior_on_more_points_than_features_works_through_the_jitter():
-    """K_Y of the linear kernel on 5 features has rank 5 < N = 30: the jitter makes it a proper
-    prior; the fit's bound is finite and ARD still reports dimensions."""
-    Y, Z = toy(30)
+    """The linear kernel on the digits' 64 pixels has rank <= 64 < N = 100 (a singular K_Y): the
+    jitter makes the prior proper, and the bound, its gradient and the fit are finite."""
+    from ppl_sbl import datasets
+
+    d = datasets.digits(100, seed=0)
+    Y, Z = d.X_train, datasets.one_of_k(d.t_train, np.arange(10))
     K = np.asarray(sg.kernel("linear", sg.default_params("linear", Y), jnp.asarray(Y)))
-    assert np.linalg.matrix_rank(K) == Y.shape[1] < len(Y)
-    res = gplvm.fit(Y, Z, model="supervised", latent_dim=3, num_inducing=6, prior_kernel="linear", max_steps=200)
-    assert np.isfinite(res.elbo) and np.all(np.isfinite(res.latent_mean))
-    assert res.elbo_trace[-1] >= res.elbo_trace[0]
+    assert np.linalg.matrix_rank(K) <= 64 < len(Y)
+    with pytest.raises(np.linalg.LinAlgError):
+        np.linalg.cholesky(K)
+    res = gplvm.fit(Y, Z, model="supervised", latent_dim=3, num_inducing=8, prior_kernel="linear", max_steps=60)
+    assert np.isfinite(res.elbo) and np.all(np.isfinite(res.latent_mean)) and np.all(res.latent_var > 0)
+    assert res.elbo_trace[-1] > res.elbo_trace[0]
+    g = jax.grad(lambda f: gplvm.bound(f, res.fixed, res.Y, res.Z, model="supervised", prior_kernel="linear"))(res.free)
+    assert all(np.all(np.isfinite(np.asarray(v))) for v in jax.tree_util.tree_leaves(g))
     assert 1 <= len(res.relevant_dims) <= 3
 
 
