@@ -103,11 +103,11 @@ def run_size(size, args):
         noise_fits[key] = st_b
         row[key] = {"seconds": sec_b, "L": st_b.log_marginal_likelihood, "active": int(len(st_b.active)),
                     "moves": len(st_b.moves), "noise_var": st_b.noise_var, "converged": st_b.converged,
-                    "noise_every": every}
+                    "noise_every": every, "stop_reason": st_b.stop_reason}
         label = "(b) fit, update_noise" if every == 1 else f"(b') update_noise, every {every}"
         print(f"  {label:<31}: {sec_b:8.2f}s  L {st_b.log_marginal_likelihood:12.3f}  "
               f"K {len(st_b.active):5d}  moves {len(st_b.moves):6d}  sigma^2 {st_b.noise_var:.3g}"
-              f"{'' if st_b.converged else '  (not converged: max_steps)'}", flush=True)
+              f"  stop: {st_b.stop_reason}", flush=True)
 
     if size in args.ard_sizes:
         from sklearn.linear_model import ARDRegression

@@ -134,6 +134,9 @@ class SBLState:
         from the moves' gains had drifted from L recomputed from scratch (rounding of the rank-one
         updates; large only for ill-conditioned dictionaries).
     converged : bool
+    stop_reason : str
+        "tolerance" (the largest gain is at most tol * max(1, |L|)), "rounding" (it is below the
+        rounding level of the updated statistics, see :func:`resume`) or "max_steps".
     """
 
     dictionary: Any
@@ -151,6 +154,7 @@ class SBLState:
     trace: list
     moves: list
     converged: bool = False
+    stop_reason: str = ""
     trace_seconds: list = dataclasses.field(default_factory=list)
     refresh_drift: list = dataclasses.field(default_factory=list)
     seconds: float = 0.0
@@ -720,13 +724,13 @@ class _Work:
         self.drift.append((len(self.moves), float(self.L - L)))
         self._set_noise(self.noise_var, self._posterior_from(chol), L, clear=True)
 
-    def state(self, *, converged, seconds, exact=True):
+    def state(self, *, converged, seconds, exact=True, stop_reason=""):
         a = np.asarray(self.active, dtype=np.int64)
         st = dataclasses.replace(
             self.st, noise_var=float(self.noise_var), active=a, alpha=self.alpha.copy(), mu=self.mu.copy(),
             Sigma=self.Sigma.copy(), S=self.S.copy(), Q=self.Q.copy(), log_marginal_likelihood=float(self.L),
             trace=list(self.trace), moves=list(self.moves), converged=bool(converged), seconds=float(seconds),
-            trace_seconds=list(self.trace_seconds), refresh_drift=list(self.drift))
+            trace_seconds=list(self.trace_seconds), refresh_drift=list(self.drift), stop_reason=stop_reason)
         if exact:
             st.log_marginal_likelihood = self._likelihood_at(self.noise_var)[0]
         return st
@@ -821,6 +825,14 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
     ``refresh_every``: recompute Sigma, mu, S, Q and L exactly from the K x K Gram matrix of the
     active functions after this many moves (at least K, so the O(K^3) refresh never dominates)
     and before declaring convergence; ``None``: never (pure rank-one updates).
+
+    Stopping: when the largest gain is at most ``tol * max(1, |L|)`` ("tolerance"), or when the
+    gains are rounding ("rounding"): at three exact refreshes in a row, L recomputed from scratch
+    has risen since the previous refresh by less than ``tol * max(1, |L|)`` per move made in
+    between, although each move claimed more (one such interval can follow statistics that had
+    drifted far; three in a row do not). This happens where sigma^2 is tiny (the noise re-estimated towards 0 on a
+    dictionary that can interpolate the data: L's terms grow as 1 / sigma^2) or the dictionary is
+    ill-conditioned; there the tolerance alone would let the fit trade rounding errors for ever.
     """
     if int(noise_every) < 1:
         raise ValueError(f"`noise_every` must be >= 1; got {noise_every!r}.")
@@ -829,7 +841,7 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
     if update_noise:
         work.sq_norms = work.design.sq_norms()
     bar = _bar(progress_bar, max_steps)
-    converged = False
+    converged, stop_reason = False, "max_steps"
 
     def noise_move():
         before = work.L
@@ -841,19 +853,26 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
         return 0.0
 
     last_refresh, interval, drifting = 0, refresh_every, False
+    exact_L, stalls = None, 0  # L at the last exact refresh; intervals in a row whose moves gained only rounding
 
-    def refresh():
+    def refresh(moves):
         # shorter intervals while the rank-one updates drift, longer (up to refresh_every) once not
-        nonlocal interval, drifting
+        nonlocal interval, drifting, exact_L, stalls
         work.refresh()
         drifting = abs(work.drift[-1][1]) > 1e-9 * max(1.0, abs(work.L))
         interval = max(16, interval // 4) if drifting else min(int(refresh_every), 2 * interval)
+        stalled = exact_L is not None and moves > 0 and work.L - exact_L < moves * tol * max(1.0, abs(work.L))
+        stalls = stalls + 1 if stalled else 0
+        exact_L = work.L
 
     for step in range(int(max_steps)):
         if refresh_every is not None and step - last_refresh >= (interval if drifting else
                                                                  max(interval, len(work.active))):
-            refresh()
+            refresh(step - last_refresh)
             last_refresh = step
+            if stalls >= 3:
+                converged, stop_reason = True, "rounding"
+                break
         gain, new = _gains(work.alpha, work.S, work.Q)
         m = int(np.argmax(gain))
         best = float(gain[m])
@@ -862,12 +881,12 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
                 continue
             if refresh_every is not None and step > last_refresh:
                 # no move gains by the updated statistics: make sure by exact ones
-                refresh()
+                refresh(step - last_refresh)
                 last_refresh = step
                 gain, _ = _gains(work.alpha, work.S, work.Q)
-                if np.max(gain) > tol * max(1.0, abs(work.L)):
+                if np.max(gain) > tol * max(1.0, abs(work.L)) and stalls < 3:
                     continue
-            converged = True
+            converged, stop_reason = True, "rounding" if stalls >= 3 else "tolerance"
             break
         if not np.isfinite(work.alpha[m]):
             work.add(m, new[m])
@@ -889,7 +908,8 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
             bar.set_postfix(L=f"{work.L:.4f}", active=len(work.active))
     if bar is not None:
         bar.close()
-    return work.state(converged=converged, seconds=time.perf_counter() - start)
+    return work.state(converged=converged, seconds=time.perf_counter() - start,
+                      stop_reason=stop_reason if converged else "max_steps")
 
 
 def _bar(progress_bar, total):

@@ -359,3 +359,26 @@ def test_augmented_variance_is_the_augmented_models_predictive_variance():
         Sigma = np.linalg.inv(np.diag(prec) + cols[obs].T @ cols[obs] / 0.01)
         assert got[k] == pytest.approx(0.01 + cols[p] @ Sigma @ cols[p], rel=1e-8)
     assert np.all(got >= ss.predict(st, query)[1] - 1e-12)
+
+
+def test_gains_at_rounding_level_stop_the_fit():
+    """With sigma^2 re-estimated towards 0 on a Haar image and a tolerance below what float64 can
+    resolve there, the moves' claimed gains are rounding: the exact refreshes see L stall and the
+    fit stops ("rounding") at the optimum the default tolerance reaches, with exact statistics."""
+    size = 16
+    rng = np.random.default_rng(0)
+    img = rng.random((size, size))
+    img = (img + np.roll(img, 1, 0) + np.roll(img, 1, 1)) / 3
+    obs = np.sort(rng.choice(size * size, int(0.45 * size * size), replace=False))
+    D = basis.haar_2d((size, size), 1)
+    y = img.ravel()[obs]
+    default = ss.fit(D, y, rows=obs, noise_var=float(np.var(y)), update_noise=True)
+    assert default.converged and default.stop_reason == "tolerance"
+    tiny = ss.fit(D, y, rows=obs, noise_var=float(np.var(y)), update_noise=True, tol=1e-18, max_steps=20000)
+    assert tiny.converged and tiny.stop_reason == "rounding" and len(tiny.moves) < 20000
+    assert tiny.noise_var < 1e-8  # the regime where L's terms grow as 1 / sigma^2
+    assert tiny.log_marginal_likelihood == pytest.approx(ss.log_marginal_likelihood(tiny), rel=1e-9)
+    # it went on at least as far as the default tolerance, and gained nothing beyond L's rounding
+    # level here (terms of order N / sigma^2 ~ 1e11 times eps)
+    assert tiny.log_marginal_likelihood >= default.log_marginal_likelihood - 1e-9
+    assert tiny.log_marginal_likelihood == pytest.approx(default.log_marginal_likelihood, rel=1e-7)
