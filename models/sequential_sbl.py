@@ -829,8 +829,10 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
     Stopping: when the largest gain is at most ``tol * max(1, |L|)`` ("tolerance"), or when the
     gains are rounding ("rounding"): at three exact refreshes in a row, L recomputed from scratch
     has risen since the previous refresh by less than ``tol * max(1, |L|)`` per move made in
-    between, although each move claimed more (one such interval can follow statistics that had
-    drifted far; three in a row do not). This happens where sigma^2 is tiny (the noise re-estimated towards 0 on a
+    between, although each move claimed more, and the claimed gains were tiny themselves (below
+    ``max(1e3 tol, 1e-10) * max(1, |L|)`` per move, the precision float64 and the rank-one updates
+    leave; larger claims that the exact L does not bear out are statistics that drifted on an
+    ill-conditioned dictionary, which the refreshes correct, so the fit goes on). This happens where sigma^2 is tiny (the noise re-estimated towards 0 on a
     dictionary that can interpolate the data: L's terms grow as 1 / sigma^2) or the dictionary is
     ill-conditioned; there the tolerance alone would let the fit trade rounding errors for ever.
     """
@@ -852,16 +854,21 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
             return work.L - before
         return 0.0
 
-    last_refresh, interval, drifting = 0, refresh_every, False
+    # the first refresh comes early (16 moves) and the interval doubles while the updates do not drift, so
+    # that an ill-conditioned dictionary is caught before hundreds of moves on drifted statistics
+    last_refresh, interval, drifting = 0, min(16, refresh_every or 16), False
     exact_L, stalls = None, 0  # L at the last exact refresh; intervals in a row whose moves gained only rounding
 
     def refresh(moves):
         # shorter intervals while the rank-one updates drift, longer (up to refresh_every) once not
         nonlocal interval, drifting, exact_L, stalls
+        claimed = work.L  # accumulated from the moves' gains
         work.refresh()
         drifting = abs(work.drift[-1][1]) > 1e-9 * max(1.0, abs(work.L))
         interval = max(16, interval // 4) if drifting else min(int(refresh_every), 2 * interval)
-        stalled = exact_L is not None and moves > 0 and work.L - exact_L < moves * tol * max(1.0, abs(work.L))
+        scale = moves * max(1.0, abs(work.L))
+        stalled = (exact_L is not None and moves > 0 and work.L - exact_L < tol * scale
+                   and claimed - exact_L < max(1e3 * tol, 1e-10) * scale)
         stalls = stalls + 1 if stalled else 0
         exact_L = work.L
 

@@ -372,9 +372,10 @@ def test_gains_at_rounding_level_stop_the_fit():
     obs = np.sort(rng.choice(size * size, int(0.45 * size * size), replace=False))
     D = basis.haar_2d((size, size), 1)
     y = img.ravel()[obs]
-    default = ss.fit(D, y, rows=obs, noise_var=float(np.var(y)), update_noise=True)
+    start = float(np.var(img))
+    default = ss.fit(D, y, rows=obs, noise_var=start, update_noise=True)
     assert default.converged and default.stop_reason == "tolerance"
-    tiny = ss.fit(D, y, rows=obs, noise_var=float(np.var(y)), update_noise=True, tol=1e-18, max_steps=20000)
+    tiny = ss.fit(D, y, rows=obs, noise_var=start, update_noise=True, tol=1e-18, max_steps=20000)
     assert tiny.converged and tiny.stop_reason == "rounding" and len(tiny.moves) < 20000
     assert tiny.noise_var < 1e-8  # the regime where L's terms grow as 1 / sigma^2
     assert tiny.log_marginal_likelihood == pytest.approx(ss.log_marginal_likelihood(tiny), rel=1e-9)
