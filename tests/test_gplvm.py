@@ -30,7 +30,8 @@ def test_latent_posterior_equals_direct_gaussian_algebra():
     mu, var, kl, cov = gplvm.latent_posterior(jnp.asarray(K), jnp.asarray(mubar), jnp.asarray(log_lam), full=True)
     total = 0.0
     for q in range(Q):
-        S = np.linalg.inv(np.linalg.inv(K) + np.diag(np.exp(log_lam[:, q])))
+        lam = np.exp(log_lam[:, q]) + gplvm.LAMBDA_FLOOR / np.mean(np.diag(K))  # the floor of `precisions`
+        S = np.linalg.inv(np.linalg.inv(K) + np.diag(lam))
         m = K @ mubar[:, q]
         np.testing.assert_allclose(np.asarray(cov[q]), S, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(np.asarray(var[:, q]), np.diag(S), rtol=1e-9)
@@ -115,10 +116,10 @@ def test_fixed_point_equations_hold_at_the_optimum():
 
     mu, var = jnp.asarray(res.latent_mean), jnp.asarray(res.latent_var)
     d_mu, d_var = jax.grad(data_term, argnums=(0, 1))(mu, var)
-    lam = np.exp(np.asarray(p["log_lam"]))
+    K_Y = gplvm._prior_cov(res.Y, res.prior_kernel, prior, res.jitter)
+    lam = np.asarray(gplvm.precisions(K_Y, p["log_lam"]))
     np.testing.assert_allclose(-2 * np.asarray(d_var), lam, rtol=1e-3, atol=1e-4 * lam.max())
     # mu_q = K_Y dF~/dmu_q (in the directions K_Y nearly annihilates, mubar itself is free)
-    K_Y = gplvm._prior_cov(res.Y, res.prior_kernel, prior, res.jitter)
     mu = np.asarray(res.latent_mean)
     np.testing.assert_allclose(np.asarray(K_Y @ d_mu), mu, rtol=1e-3, atol=1e-4 * np.abs(mu).max())
     assert np.abs(mu).max() > 0.1  # not a trivial optimum
