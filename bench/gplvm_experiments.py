@@ -53,9 +53,9 @@ scaled to the largest, log scale, the 1e-3 threshold drawn) (Fig. 5.3 a).
 Cost: the supervised and autoencoder fits are O(Q N^3) per bound evaluation (section 5.4). On a
 2-core CPU shared with other jobs, 20 L-BFGS steps at N = 400, Q = 20, M = 30 took about 15 s
 (supervised RBF), 11 s (LIN) and 12 s (autoencoder), 4 s (unsupervised), so a full run (25 fits
-of up to 1000 steps) may take hours. Quick mode (``--quick``: 150 images, 3 folds, latent_dim 6,
-num_inducing 15, 80 L-BFGS steps, forests of 100 trees; the fits stop at the step cap, so the
-numbers are a smoke test, not results) took 55-80 s on that CPU (one OpenBLAS thread). Explicit
+of up to 1000 steps) may take hours. Quick mode (``--quick``: 120 images, 2 folds, latent_dim 6,
+num_inducing 12, 40 L-BFGS steps, forests of 50 trees; the fits stop at the step cap, so the
+numbers are a smoke test, not results) took about 40 s on that CPU (one OpenBLAS thread). Explicit
 options override the quick settings.
 
 Usage::
@@ -331,7 +331,7 @@ def figure_ard(folds, fit_keys, out_dir, suffix):
 # ----------------------------------------------------------------------------------------------
 # Main
 # ----------------------------------------------------------------------------------------------
-QUICK = {"n_points": 150, "folds": 3, "latent_dim": 6, "num_inducing": 15, "max_steps": 80, "rf_trees": 100}
+QUICK = {"n_points": 120, "folds": 2, "latent_dim": 6, "num_inducing": 12, "max_steps": 40, "rf_trees": 50}
 FULL = {"n_points": 500, "folds": 5, "latent_dim": 20, "num_inducing": 30, "max_steps": 1000, "rf_trees": 500}
 
 

@@ -214,8 +214,8 @@ def test_cli_ranks_gplvms_on_digits():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "digits", "--n-train", "60",
-                          "--gplvm-dims", "2", "3", "--num-inducing", "8", "--gplvm-steps", "25", "--max-sweeps", "50"],
+    out = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "digits", "--n-train", "40",
+                          "--gplvm-dims", "2", "3", "--num-inducing", "6", "--gplvm-steps", "10", "--max-sweeps", "30"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Bayesian GPLVMs on scikit-learn digits" in out.stdout
