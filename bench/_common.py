@@ -45,3 +45,13 @@ def environment(*packages: str) -> dict:
         "x64": bool(jax.config.jax_enable_x64),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
     }
+
+
+def loglog_fit(xs, ys):
+    """(slope, intercept) of log y against log x by least squares; None for fewer than two points."""
+    import numpy as np
+
+    if len(xs) < 2:
+        return None
+    slope, intercept = np.polyfit(np.log(xs), np.log(ys), 1)
+    return float(slope), float(intercept)

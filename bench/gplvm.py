@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -37,7 +36,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _common import environment  # noqa: E402
+from _common import environment, loglog_fit  # noqa: E402
 
 
 def median_time(fn, reps):
@@ -125,11 +124,8 @@ def fit_size(N, steps, args):
 
 
 def slope(xs, ys):
-    import numpy as np
-
-    if len(xs) < 2:
-        return float("nan")
-    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
+    fit = loglog_fit(xs, ys)
+    return float("nan") if fit is None else fit[0]
 
 
 def main(argv=None):

@@ -48,7 +48,7 @@ import tracemalloc
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _common import environment  # noqa: E402
+from _common import environment, loglog_fit  # noqa: E402
 
 
 def problem(size, seed):
@@ -154,12 +154,11 @@ def run_size(size, args):
 
 
 def loglog(sizes, seconds, target):
-    import numpy as np
-
-    if len(sizes) < 2:
+    fit = loglog_fit(sizes, seconds)
+    if fit is None:
         return None
-    slope, icept = np.polyfit(np.log(sizes), np.log(seconds), 1)
-    return float(np.exp(icept + slope * math.log(target))), float(slope)
+    slope, icept = fit
+    return float(math.exp(icept + slope * math.log(target))), slope
 
 
 def main(argv=None):

@@ -38,7 +38,7 @@ import dataclasses
 import functools
 import math
 import time
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -270,16 +270,20 @@ def latent_posterior(K_Y, mubar, log_lam, *, full=False, k_grad=True):
     kl = 0.5 * jnp.sum(N - jnp.sum(lam.T * var, 1) + jnp.sum(mubar * mu, 0) - N + logdet)
     out = (mu, var.T, kl)
     if full:
-        eye = jnp.eye(N, dtype=K_Y.dtype)
-
         def cov(l):
-            a = jnp.sqrt(l)
-            LB = jnp.linalg.cholesky(eye + a[:, None] * K_Y * a[None, :])
-            V = jsl.solve_triangular(LB, a[:, None] * K_Y, lower=True)
+            V = _whiten(K_Y, l, K_Y)
             return K_Y - V.T @ V
 
         out = out + (jax.vmap(cov)(lam.T),)
     return out
+
+
+def _whiten(K_Y, lam, R):
+    """chol(B)^-1 A R with B = I + A K_Y A, A = diag(lambda)^1/2: then R^T A B^-1 A R = V^T V, the
+    term subtracted from the prior in S_q (5.28) and in the variance of q(x*) (5.30)."""
+    a = jnp.sqrt(lam)
+    LB = jnp.linalg.cholesky(jnp.eye(K_Y.shape[0], dtype=K_Y.dtype) + a[:, None] * K_Y * a[None, :])
+    return jsl.solve_triangular(LB, a[:, None] * R, lower=True)
 
 
 def _unpack(free, fixed):
@@ -312,7 +316,8 @@ def bound(free, fixed, Y, Z, *, model, prior_kernel, jitter=sg.JITTER):
 
 
 def _q_u(kp, inducing, stats, Z, beta, jitter):
-    """q(U) at its optimum: Sigma_u = K_uu (K_uu + beta Psi2)^-1 K_uu, m_d = beta K_uu (K_uu +
+    """q(U) at its optimum (Titsias 2009; the thesis's 3.28-3.29 with Psi1, Psi2 for K_NM, K_MN K_NM):
+    Sigma_u = K_uu (K_uu + beta Psi2)^-1 K_uu, m_d = beta K_uu (K_uu +
     beta Psi2)^-1 Psi1^T z_d; with K_uu = Lm Lm^T and B = I + beta Lm^-1 Psi2 Lm^-T = LB LB^T:
     Sigma_u = (Lm LB^-T)(Lm LB^-T)^T, m = beta Lm LB^-T LB^-1 Lm^-1 Psi1^T Z."""
     f = sg._factors(sg.kernel("rbf_ard", kp, inducing), stats, Z, beta, jitter)
@@ -556,13 +561,9 @@ class GPLVMResult:
         K_Y = _prior_cov(self.Y, self.prior_kernel, prior, self.jitter)
         k_s = sg.kernel(self.prior_kernel, prior, self.Y, Y_new)  # (N, n*)
         k_ss = sg.kernel_diag(self.prior_kernel, prior, Y_new)
-        eye = jnp.eye(K_Y.shape[0], dtype=K_Y.dtype)
-
         def one(mb, ll):
-            a = jnp.sqrt(precisions(K_Y, ll))
-            LB = jnp.linalg.cholesky(eye + a[:, None] * K_Y * a[None, :])
-            w = jsl.solve_triangular(LB, a[:, None] * k_s, lower=True)
-            return k_s.T @ mb, jnp.maximum(k_ss - jnp.sum(w**2, 0), _TINY)
+            w = _whiten(K_Y, precisions(K_Y, ll), k_s)
+            return k_s.T @ mb, jnp.maximum(k_ss - jnp.sum(w**2, 0), _TINY)  # (5.32), (5.30)
 
         mean, var = jax.vmap(one, in_axes=(1, 1))(p["mubar"], p["log_lam"])
         return np.asarray(mean.T), np.asarray(var.T)
@@ -635,10 +636,6 @@ class GPLVMResult:
         if self.model != "unsupervised":
             kw.update(prior_kernel=self.prior_kernel, prior_params=self.prior_params)
         return kw
-
-    @property
-    def model_fn(self):
-        return self.program
 
     @property
     def guide(self):

@@ -209,15 +209,3 @@ def test_classifier_estimator_any_labels():
     with pytest.raises(ValueError, match="not fitted"):
         GPLVMClassifier().predict(Y)
 
-
-def test_cli_ranks_gplvms_on_digits():
-    import subprocess
-    import sys
-
-    out = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "digits", "--n-train", "40",
-                          "--gplvm-dims", "2", "3", "--num-inducing", "6", "--gplvm-steps", "10", "--max-sweeps", "30"],
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "Bayesian GPLVMs on scikit-learn digits" in out.stdout
-    for name in ("supervised, Q = 2", "supervised, Q = 3", "autoencoder, Q = 3", "unsupervised, Q = 3"):
-        assert name in out.stdout
