@@ -152,7 +152,19 @@ def main(argv=None):
     print(f"# GPLVM benchmark  {env['date']}  backend={jax.default_backend()}  cpus={env['cpu_count']}  "
           f"load={env['load_average']}  Q={args.latent_dim}  M={args.num_inducing}", flush=True)
     print("\n    N | bound+grad s   bound s | Q chol JAX s  Q potrf s | ratio JAX ratio LAPACK", flush=True)
-    rows = [time_size(N, args) for N in args.sizes]
+    out = args.out.replace(".json", "_quick.json") if args.quick else args.out
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    record = {"benchmark": "supervised GPLVM bound and gradient vs Q Cholesky factorisations", "environment": env,
+              "args": vars(args), "rows": [], "fits": [], "partial": True}
+
+    def save():  # after every stage, so that an interrupted run leaves what it measured
+        with open(out, "w") as f:
+            json.dump(record, f, indent=1)
+
+    rows = record["rows"]
+    for N in args.sizes:
+        rows.append(time_size(N, args))
+        save()
     summary = {
         "slope_bound_and_grad": slope(args.sizes, [r["bound_and_grad_seconds"] for r in rows]),
         "slope_jax_cholesky": slope(args.sizes, [r["jax_cholesky_seconds"] for r in rows]),
@@ -161,16 +173,16 @@ def main(argv=None):
     }
     print(f"# log-log slope in N: bound+grad {summary['slope_bound_and_grad']:.2f}, Q Cholesky (JAX) "
           f"{summary['slope_jax_cholesky']:.2f} (section 5.4: O(Q N^3))", flush=True)
-    fits = [fit_size(N, steps, args) for N, steps in zip(args.fit_sizes, args.fit_steps)]
+    record["summary"] = summary
+    for N, steps in zip(args.fit_sizes, args.fit_steps):
+        record["fits"].append(fit_size(N, steps, args))
+        save()
     goals = {"bound_and_grad_within_3x_q_cholesky_at_every_n": summary["max_ratio_to_jax_cholesky"] <= 3.0}
     print("# goals: " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in goals.items())
           + f" (largest ratio {summary['max_ratio_to_jax_cholesky']:.2f} to JAX's Cholesky, "
           f"{summary['max_ratio_to_lapack_potrf']:.2f} to LAPACK's)", flush=True)
-    out = args.out.replace(".json", "_quick.json") if args.quick else args.out
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump({"benchmark": "supervised GPLVM bound and gradient vs Q Cholesky factorisations", "environment": env,
-                   "args": vars(args), "rows": rows, "fits": fits, "summary": summary, "goals": goals}, f, indent=1)
+    record.update(goals=goals, partial=False)
+    save()
     print(f"# wrote {out}", flush=True)
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import time
 from typing import Any
 
@@ -183,38 +184,69 @@ def precisions(K_Y, log_lam):
     return jnp.exp(log_lam) + LAMBDA_FLOOR / jnp.mean(jnp.diagonal(K_Y))
 
 
-def _host_inverse(B):
-    """B^-1 and log|B| of a stack of SPD matrices by LAPACK's potrf and potri (the inverse from
-    the Cholesky factor, 2 N^3 / 3 flops; JAX has no potri, and cho_solve with the identity costs
-    2 N^3)."""
+def _host_inverse(K, lam):
+    """B^-1 and log|B| for B = I + A K A, A = diag(lam)^1/2, of a stack of precision vectors
+    ``lam`` (..., N) (``K`` (N, N), or broadcast against ``lam``'s batch), by LAPACK's potrf and
+    potri (the inverse from the Cholesky factor, 2 N^3 / 3 flops; JAX has no potri, and
+    cho_solve with the identity costs 2 N^3). Each B is written straight into the output buffer
+    and factorised and inverted there: LAPACK gets its transpose, a Fortran-ordered view of the
+    same memory (B is symmetric), so no transposing copies are made. Only the upper triangle (in
+    row-major terms) of each inverse is written; the lower one holds B."""
     import scipy.linalg.lapack as lapack
 
-    B = np.asarray(B)
-    inv, logdet = np.empty_like(B), np.empty(B.shape[:-2], B.dtype)
-    for i in np.ndindex(*B.shape[:-2]):
-        c, info = lapack.dpotrf(B[i], lower=1, clean=1)
+    N = lam.shape[-1]
+    batch = np.broadcast_shapes(np.shape(K)[:-2], lam.shape[:-1])
+    K = np.broadcast_to(K, batch + (N, N))
+    a = np.sqrt(np.broadcast_to(lam, batch + (N,)))
+    inv = np.empty(batch + (N, N), dtype=np.float64)
+    logdet = np.empty(batch, dtype=np.float64)
+    for i in np.ndindex(*batch):
+        B = inv[i]
+        np.multiply(K[i], a[i][:, None], out=B)
+        B *= a[i][None, :]
+        B.flat[:: N + 1] += 1.0
+        c, info = lapack.dpotrf(B.T, lower=1, clean=0, overwrite_a=1)
         if info != 0:
-            inv[i], logdet[i] = np.nan, np.nan
+            B[...], logdet[i] = np.nan, np.nan
             continue
-        Bi, _ = lapack.dpotri(c, lower=1)
-        inv[i] = np.tril(Bi) + np.tril(Bi, -1).T
         logdet[i] = 2.0 * np.sum(np.log(np.diagonal(c)))
+        lapack.dpotri(c, lower=1, overwrite_c=1)
     return inv, logdet
 
 
-def _inverse_and_logdet(B):
-    if jax.default_backend() == "cpu":
-        shapes = (jax.ShapeDtypeStruct(B.shape, B.dtype), jax.ShapeDtypeStruct(B.shape[:-2], B.dtype))
-        return jax.pure_callback(_host_inverse, shapes, B, vmap_method="expand_dims")
-    L = jnp.linalg.cholesky(B)
-    eye = jnp.broadcast_to(jnp.eye(B.shape[-1], dtype=B.dtype), B.shape)
+def _upper(N):
+    return jnp.triu(jnp.ones((N, N), dtype=bool))
+
+
+def _host_lapack():
+    """Whether to use LAPACK's potri through a host callback: on CPU with at least two cores
+    available to the process. With one, XLA's CPU runtime has no thread left to hand a callback
+    its operands while the computation waits for it, and the callback would wait forever."""
+    if jax.default_backend() != "cpu":
+        return False
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return cores > 1
+
+
+def _inverse_and_logdet(K, lam):
+    """(B^-1 with at least its upper triangle right, log|B|), B = I + A K A, A = diag(lam)^1/2:
+    by :func:`_host_inverse` where :func:`_host_lapack`, else by JAX's Cholesky and cho_solve."""
+    N = K.shape[-1]
+    if _host_lapack():
+        shapes = (jax.ShapeDtypeStruct(lam.shape + (N,), lam.dtype), jax.ShapeDtypeStruct(lam.shape[:-1], lam.dtype))
+        return jax.pure_callback(_host_inverse, shapes, K, lam, vmap_method="expand_dims")
+    a = jnp.sqrt(lam)
+    L = jnp.linalg.cholesky(jnp.eye(N, dtype=K.dtype) + a[..., :, None] * K * a[..., None, :])
+    eye = jnp.broadcast_to(jnp.eye(N, dtype=K.dtype), L.shape)
     return jsl.cho_solve((L, True), eye), 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), -1)
 
 
 def _core_impl(K, lam):
-    a = jnp.sqrt(lam)
-    Binv, logdet = _inverse_and_logdet(jnp.eye(K.shape[0], dtype=K.dtype) + a[:, None] * K * a[None, :])
-    return (1.0 - jnp.diagonal(Binv)) / lam, logdet, Binv
+    Binv, logdet = _inverse_and_logdet(K, lam)
+    return (1.0 - jnp.diagonal(Binv, axis1=-2, axis2=-1)) / lam, logdet, Binv
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -236,16 +268,25 @@ def _core_fwd(K, lam, k_grad):
 
 
 def _core_bwd(k_grad, res, ct):
-    K, lam, Binv = res
+    K, lam, Binv = res  # Binv: only its upper triangle is used
     g, c = ct
+    N = K.shape[0]
     a = jnp.sqrt(lam)
-    eye = jnp.eye(K.shape[0], dtype=K.dtype)
-    S = (eye - Binv) / (a[:, None] * a[None, :])
-    d_lam = -(S * S) @ g + c * jnp.diagonal(S)
+    upper = _upper(N)
+    strict_upper = jnp.triu(upper, 1)
+    # (S o S) g with S = Lambda^-1 - A^-1 B^-1 A^-1: off the diagonal S_nm^2 = (B^-1)_nm^2 / (lam_n
+    # lam_m), so from the strict upper triangle W of B^-1 and h = g / lam, row sums of W o W h^T
+    # plus column sums of W o W h (reductions that XLA fuses with the squaring), over lam; on the
+    # diagonal S_nn = (1 - (B^-1)_nn) / lam_n, the forward's variance (no cancellation)
+    W2 = jnp.square(jnp.where(strict_upper, Binv, 0.0))
+    h = g / lam
+    var = (1.0 - jnp.diagonal(Binv)) / lam
+    SSg = (jnp.sum(W2 * h[None, :], axis=1) + jnp.sum(W2 * h[:, None], axis=0)) / lam + var * var * g
+    d_lam = -SSg + c * var
     if not k_grad:
         return jnp.zeros_like(K), d_lam
-    P = a[:, None] * Binv * a[None, :]
-    R = eye - K @ P
+    P = a[:, None] * jnp.where(upper, Binv, Binv.T) * a[None, :]
+    R = jnp.eye(N, dtype=K.dtype) - K @ P
     return (R.T * g) @ R + c * P, d_lam
 
 
@@ -264,7 +305,11 @@ def latent_posterior(K_Y, mubar, log_lam, *, full=False, k_grad=True):
     lam = precisions(K_Y, log_lam)  # (N, Q)
     # latent dimensions in batches of up to 2^25 / N^2 (256 MB per N x N stack)
     batch = max(1, min(lam.shape[1], 2**25 // N**2))
-    var, logdet = jax.lax.map(lambda l: _core(K_Y, l, k_grad), lam.T, batch_size=batch)
+    core = functools.partial(_core, K_Y, k_grad=k_grad)
+    if batch >= lam.shape[1]:  # one batch: no scan (which would copy the stacked residuals)
+        var, logdet = jax.vmap(core)(lam.T)
+    else:
+        var, logdet = jax.lax.map(core, lam.T, batch_size=batch)
     var = jnp.maximum(var, _TINY)
     mu = K_Y @ mubar
     kl = 0.5 * jnp.sum(N - jnp.sum(lam.T * var, 1) + jnp.sum(mubar * mu, 0) - N + logdet)

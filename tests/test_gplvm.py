@@ -2,6 +2,10 @@
 NumPyro's Monte Carlo ELBO of the uncollapsed model for the collapsed bound, finite differences
 for the gradients, and the fixed-point equations (5.28) at an optimum."""
 import math
+import os
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -209,3 +213,66 @@ def test_classifier_estimator_any_labels():
     with pytest.raises(ValueError, match="not fitted"):
         GPLVMClassifier().predict(Y)
 
+
+
+def test_host_lapack_and_jax_paths_give_the_same_q_x_and_gradient(monkeypatch):
+    """The inverse of B_q by LAPACK's potri in a host callback and by JAX's Cholesky and cho_solve
+    (the path without the callback) give the same q(X), KL and gradients; both against the
+    dense inverse."""
+    rng = np.random.default_rng(3)
+    N, Q = 60, 3
+    X = rng.normal(size=(N, 4))
+    K_Y = sg.add_jitter(sg.kernel("rbf", {"variance": 1.0, "alpha": 0.3}, jnp.asarray(X)))
+    mubar, log_lam = jnp.asarray(rng.normal(size=(N, Q))), jnp.asarray(rng.normal(size=(N, Q)))
+    lam = np.asarray(gplvm.precisions(K_Y, log_lam)).T
+    inv, logdet = gplvm._host_inverse(np.asarray(K_Y), lam)
+    for q in range(Q):
+        B = np.eye(N) + np.sqrt(lam[q])[:, None] * np.asarray(K_Y) * np.sqrt(lam[q])[None, :]
+        upper = np.triu_indices(N)
+        np.testing.assert_allclose(inv[q][upper], np.linalg.inv(B)[upper], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(logdet[q], np.linalg.slogdet(B)[1], rtol=1e-12)
+
+    def objective(mubar, log_lam):
+        mu, var, kl = gplvm.latent_posterior(K_Y, mubar, log_lam)
+        return kl + jnp.sum(jnp.sin(var)) + jnp.sum(mu**2)
+
+    results = []
+    for host in (True, False):
+        monkeypatch.setattr(gplvm, "_host_lapack", lambda host=host: host)
+        results.append(jax.value_and_grad(objective, (0, 1))(mubar, log_lam))
+    (v1, (gm1, gl1)), (v2, (gm2, gl2)) = results
+    np.testing.assert_allclose(v1, v2, rtol=1e-11)
+    np.testing.assert_allclose(gm1, gm2, rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(gl1, gl2, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs os.sched_setaffinity (Linux)")
+def test_bound_and_gradient_finish_on_a_single_core():
+    """A process pinned to one core (a one-CPU container) evaluates q(X), its KL and their
+    gradient 100 times at a size where XLA hands a host callback its operands asynchronously.
+    Through the callback this waited forever in about half of the runs (a race, so the loop alone
+    is no sure detector; hence also the check that one core means no callback); the library then
+    takes JAX's own Cholesky instead, and the loop takes a few seconds."""
+    script = textwrap.dedent("""
+        import os
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+        import numpy as np, jax, jax.numpy as jnp
+        from ppl_sbl import sparse_gp as sg
+        from ppl_sbl.models import gplvm
+        assert not gplvm._host_lapack(), "one core: the host callback must not be used"
+        rng = np.random.default_rng(0)
+        N, Q = 300, 20
+        K = sg.add_jitter(sg.kernel("rbf", {"variance": 1.0, "alpha": 0.2}, jnp.asarray(rng.normal(size=(N, 5)))))
+        f = jax.jit(jax.value_and_grad(lambda l: gplvm.latent_posterior(K, jnp.zeros((N, Q)), l)[2]))
+        log_lam = jnp.asarray(rng.uniform(-1.0, 3.0, size=(N, Q)))
+        values = [f(log_lam + 1e-3 * i) for i in range(100)]  # dispatched without waiting
+        assert all(np.isfinite(float(v)) and np.all(np.isfinite(np.asarray(g))) for v, g in values)
+        print("finished")
+    """)
+    try:
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180,
+                             env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    except subprocess.TimeoutExpired:
+        pytest.fail("the bound's gradient did not finish in 180 s on one core (a callback waiting forever)")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "finished" in out.stdout
