@@ -23,7 +23,7 @@ _jax.config.update("jax_enable_x64", True)
 from . import basis, bounds, datasets, expfam, gaussian, likelihoods, sparse_gp  # noqa: E402
 from .arviz import compare, plot_elbo_trace, plot_grid_relevance, plot_relevance, to_inference_data  # noqa: E402
 from .diagnostics import GuideCheck, check_guide  # noqa: E402
-from .estimators import RVC, RVR, GPLVMClassifier  # noqa: E402
+from .estimators import RVC, RVR, GPLVMClassifier, SuperSparseClassifier, SuperSparseRegressor  # noqa: E402
 from .inference import CAVI, CAVIResult, ClosedFormGuide, closed_form_guide, fit, fit_grid  # noqa: E402
 
 __all__ = [
@@ -43,6 +43,8 @@ __all__ = [
     "RVR",
     "RVC",
     "GPLVMClassifier",
+    "SuperSparseClassifier",
+    "SuperSparseRegressor",
     "basis",
     "bounds",
     "datasets",

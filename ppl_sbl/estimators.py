@@ -14,7 +14,7 @@ from .inference import CAVI
 from .datasets import one_of_k
 from .validation import check_matrix, check_targets
 
-__all__ = ["RVR", "RVC", "GPLVMClassifier"]
+__all__ = ["RVR", "RVC", "GPLVMClassifier", "SuperSparseClassifier", "SuperSparseRegressor"]
 
 
 class _RVMBase:
@@ -229,3 +229,193 @@ class GPLVMClassifier:
     def score(self, Y, labels):
         """Mean accuracy."""
         return float(np.mean(self.predict(Y) == np.asarray(labels)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Super-sparse machines (Biggio et al.): ``ppl_sbl.models.super_sparse`` as scikit-learn estimators
+# ----------------------------------------------------------------------------------------------
+try:  # scikit-learn is optional: with it, get_params/set_params/clone/GridSearchCV work as usual
+    from sklearn.base import BaseEstimator as _SkBaseEstimator
+    from sklearn.base import ClassifierMixin as _SkClassifierMixin
+    from sklearn.base import RegressorMixin as _SkRegressorMixin
+except ImportError:  # pragma: no cover - exercised only without scikit-learn
+    import inspect as _inspect
+
+    class _SkBaseEstimator:
+        """get_params/set_params from the constructor's arguments (scikit-learn's convention)."""
+
+        @classmethod
+        def _get_param_names(cls):
+            return sorted(p for p in _inspect.signature(cls.__init__).parameters if p != "self")
+
+        def get_params(self, deep=True):
+            return {name: getattr(self, name) for name in self._get_param_names()}
+
+        def set_params(self, **params):
+            valid = self._get_param_names()
+            for name, value in params.items():
+                if name not in valid:
+                    raise ValueError(f"invalid parameter {name!r} for {type(self).__name__}; valid: {valid}.")
+                setattr(self, name, value)
+            return self
+
+        def __repr__(self):
+            args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+            return f"{type(self).__name__}({args})"
+
+    class _SkClassifierMixin:
+        _estimator_type = "classifier"
+
+        def score(self, X, y, sample_weight=None):
+            """Mean accuracy (weighted by ``sample_weight``)."""
+            return float(np.average(self.predict(X) == np.asarray(y), weights=sample_weight))
+
+    class _SkRegressorMixin:
+        _estimator_type = "regressor"
+
+        def score(self, X, y, sample_weight=None):
+            """Coefficient of determination R^2 (weighted by ``sample_weight``)."""
+            y = np.asarray(y, dtype=np.float64)
+            w = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+            mean = np.average(y, weights=w)
+            return 1.0 - np.sum(w * (y - self.predict(X)) ** 2) / np.sum(w * (y - mean) ** 2)
+
+
+class _SuperSparseBase(_SkBaseEstimator):
+    """Shared pieces of :class:`SuperSparseRegressor` and :class:`SuperSparseClassifier`."""
+
+    def __init__(self, m=4, similarity="rbf", gamma=1.0, lam=1e-3, max_steps=200, tol=1e-7, repulsion=1.0, seed=0,
+                 step_size=None, gradient="auto"):
+        self.m = m
+        self.similarity = similarity
+        self.gamma = gamma
+        self.lam = lam
+        self.max_steps = max_steps
+        self.tol = tol
+        self.repulsion = repulsion
+        self.seed = seed
+        self.step_size = step_size
+        self.gradient = gradient
+
+    def _fit_one(self, X, t, sample_weight):
+        from .models import super_sparse
+
+        return super_sparse.fit(X, t, m=self.m, similarity=self.similarity, gamma=self.gamma, lam=self.lam,
+                                sample_weight=sample_weight, max_steps=self.max_steps, tol=self.tol,
+                                step_size=self.step_size, repulsion=self.repulsion, seed=self.seed,
+                                gradient=self.gradient)
+
+    def _check_X(self, X, fitting=False):
+        X = check_matrix("X", X)
+        if fitting:
+            self.n_features_in_ = X.shape[1]
+        else:
+            if not hasattr(self, "results_"):
+                raise ValueError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first.")
+            if X.shape[1] != self.n_features_in_:
+                raise ValueError(
+                    f"`X` has {X.shape[1]} features but the estimator was fitted with {self.n_features_in_}."
+                )
+        return X
+
+    @property
+    def prototypes_(self):
+        """The virtual prototypes, (m, d); one-vs-all: all classes' stacked, (K m, d)."""
+        return np.concatenate([r.prototypes for r in self.results_], axis=0)
+
+    @property
+    def similarity_evaluations_per_point_(self):
+        """Similarity evaluations per prediction: m (K m one-vs-all for K > 2 classes)."""
+        return int(sum(r.m for r in self.results_))
+
+
+class SuperSparseRegressor(_SkRegressorMixin, _SuperSparseBase):
+    """Super-sparse regression (Biggio et al.): ``f(x) = sum_j beta_j s(x, c_j) + b`` with ``m``
+    learned virtual prototypes (:func:`ppl_sbl.models.super_sparse.fit`).
+
+    Parameters
+    ----------
+    m : number of virtual prototypes (similarity evaluations per prediction).
+    similarity : "rbf" (``exp(-gamma ||x - c||^2)``) or a callable ``s(X, C) -> (n, m)``.
+    gamma : the RBF's ``gamma``.  lam : the ridge penalty ``lambda`` of (2).
+    max_steps, tol, repulsion, seed, step_size, gradient : passed to the fit.
+
+    Attributes
+    ----------
+    result_ : the fitted :class:`ppl_sbl.models.super_sparse.SuperSparseResult`.
+    """
+
+    def fit(self, X, y, sample_weight=None):
+        X = self._check_X(X, fitting=True)
+        y = check_targets("y", y, X.shape[0], rows_name="X")
+        self.result_ = self._fit_one(X, y, sample_weight)
+        self.results_ = [self.result_]
+        return self
+
+    def decision_function(self, X):
+        """``f(x)`` at the rows of X."""
+        X = self._check_X(X)
+        return self.result_.decision_function(X)
+
+    def predict(self, X):
+        """``f(x)`` at the rows of X."""
+        return self.decision_function(X)
+
+
+class SuperSparseClassifier(_SkClassifierMixin, _SuperSparseBase):
+    """Super-sparse classification (Biggio et al.): the squared loss (2) fitted to labels coded
+    -1/+1 (``classes_[1]`` is +1), with ``m`` learned virtual prototypes; one-vs-all (m prototypes
+    per class) for more than two classes. Any labels.
+
+    Parameters
+    ----------
+    m : number of virtual prototypes (per class for more than two classes).
+    similarity : "rbf" (``exp(-gamma ||x - c||^2)``) or a callable ``s(X, C) -> (n, m)``.
+    gamma : the RBF's ``gamma``.  lam : the ridge penalty ``lambda`` of (2).
+    max_steps, tol, repulsion, seed, step_size, gradient : passed to the fit.
+
+    Attributes
+    ----------
+    classes_ : the labels, sorted.
+    results_ : the fitted :class:`ppl_sbl.models.super_sparse.SuperSparseResult` (one, or one per
+        class one-vs-all); ``result_`` the single one for two classes.
+    """
+
+    def fit(self, X, y, sample_weight=None):
+        X = self._check_X(X, fitting=True)
+        y = np.asarray(y)
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = y[:, 0]
+        if y.ndim != 1 or y.shape[0] != X.shape[0]:
+            raise ValueError(
+                f"`y` must be a vector of {X.shape[0]} labels (one per row of `X`); got shape {y.shape}."
+            )
+        if y.dtype.kind in "fc" and not np.all(np.isfinite(y)):
+            raise ValueError("`y` contains NaN or infinite labels; remove those samples before fitting.")
+        classes = np.unique(y)
+        if len(classes) < 2:
+            raise ValueError(
+                f"`y` must hold at least two classes; found only {classes.tolist()}. A classifier needs samples of "
+                "each class."
+            )
+        self.classes_ = classes
+        positives = [classes[1]] if len(classes) == 2 else list(classes)
+        self.results_ = [self._fit_one(X, np.where(y == c, 1.0, -1.0), sample_weight) for c in positives]
+        if len(classes) == 2:
+            self.result_ = self.results_[0]
+        elif hasattr(self, "result_"):
+            del self.result_
+        return self
+
+    def decision_function(self, X):
+        """f(x) for ``classes_[1]`` (n,) with two classes; one column per class (n, K) otherwise."""
+        X = self._check_X(X)
+        f = np.column_stack([r.decision_function(X) for r in self.results_])
+        return f[:, 0] if len(self.classes_) == 2 else f
+
+    def predict(self, X):
+        f = self.decision_function(X)
+        if len(self.classes_) == 2:
+            return self.classes_[(f > 0).astype(int)]
+        return self.classes_[np.argmax(f, axis=1)]
+
