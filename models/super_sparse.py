@@ -74,6 +74,8 @@ __all__ = [
     "prune",
     "select_m",
     "fit_to_decision_values",
+    "evidence",
+    "evidence_over_m",
     "SuperSparseResult",
     "GRADIENTS",
 ]
@@ -796,6 +798,24 @@ _LOSSES = {
 }
 
 
+def _incremental(X, y, grid, fit_kwargs):
+    """The incremental procedure of (8): yields (m, result) for the m of ``grid`` in decreasing
+    order, the largest fitted from scratch, each smaller one by :func:`prune` of the previous."""
+    try:
+        values = sorted({int(g) for g in grid}, reverse=True)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"`grid` must be a sequence of integers (values of m); got {grid!r}.") from err
+    if not values:
+        raise ValueError("`grid` is empty; pass the values of m to try, e.g. (10, 8, 6, 4, 2, 1).")
+    fit_kwargs = {k: val for k, val in fit_kwargs.items() if k not in ("init", "m")}
+    # the warm starts continue without repulsion (see prune) and need no seed
+    prune_kwargs = {k: val for k, val in fit_kwargs.items() if k not in ("repulsion", "seed")}
+    result = None
+    for m in values:
+        result = fit(X, y, m=m, **fit_kwargs) if result is None else prune(result, X, y, m, **prune_kwargs)
+        yield m, result
+
+
 def select_m(X, y, X_val, y_val, *, grid=(10, 8, 6, 4, 2, 1), mu=0.0, loss="mse", **fit_kwargs):
     """Choose m by (8), ``L_val(m) + mu m``, with the incremental procedure: fit with the largest
     m of ``grid``, then for each smaller m drop the prototypes with the smallest ``|beta_j|`` and
@@ -822,23 +842,11 @@ def select_m(X, y, X_val, y_val, *, grid=(10, 8, 6, 4, 2, 1), mu=0.0, loss="mse"
     loss_fn = _LOSSES.get(loss) if isinstance(loss, str) else loss
     if not callable(loss_fn):
         raise ValueError(f"`loss` must be one of {tuple(_LOSSES)} or a callable loss(y_val, f_val); got {loss!r}.")
-    try:
-        values = sorted({int(g) for g in grid}, reverse=True)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"`grid` must be a sequence of integers (values of m); got {grid!r}.") from err
-    if not values:
-        raise ValueError("`grid` is empty; pass the values of m to try, e.g. (10, 8, 6, 4, 2, 1).")
     mu = _positive("mu", mu, allow_zero=True)
     X_val = check_matrix("X_val", X_val)
     y_val = check_targets("y_val", y_val, X_val.shape[0], rows_name="X_val")
-    fit_kwargs.pop("init", None)
-    fit_kwargs.pop("m", None)
-    # the warm starts continue without repulsion (see prune) and need no seed
-    prune_kwargs = {k: val for k, val in fit_kwargs.items() if k not in ("repulsion", "seed")}
     rows, results = [], []
-    result = None
-    for m in values:
-        result = fit(X, y, m=m, **fit_kwargs) if result is None else prune(result, X, y, m, **prune_kwargs)
+    for m, result in _incremental(X, y, grid, fit_kwargs):
         val = loss_fn(y_val, result.decision_function(X_val))
         rows.append(dict(m=m, validation_loss=val, score=val + mu * m, objective=result.objective,
                          steps=result.steps, converged=result.converged))
@@ -869,3 +877,57 @@ def fit_to_decision_values(estimator, X, *, m, **kw):
             "estimator fit one machine per column: [fit(X, g[:, k], m=m) for k in range(g.shape[1])]."
         )
     return fit(X, g, m=m, **kw)
+
+
+# ----------------------------------------------------------------------------------------------
+# Choosing m by evidence: a variational RVM over the virtual prototypes
+# ----------------------------------------------------------------------------------------------
+def evidence(result, X, y, *, task="regression", **cavi_kwargs):
+    """The variational RVM (:mod:`ppl_sbl.models.rvm`) over the virtual prototypes of ``result``:
+    the design ``[s(x_i, c_1) .. s(x_i, c_m), 1]`` with an ARD precision on each coefficient and
+    on the bias, fitted by closed-form CAVI. Its ELBO bounds the log evidence of the data for
+    these prototypes, so :func:`ppl_sbl.compare` ranks machines with different m (or similarity
+    widths) by it, and its ARD precisions say which prototypes the data support
+    (``relevant``).
+
+    Parameters
+    ----------
+    result : SuperSparseResult from :func:`fit` (only its prototypes and similarity are used).
+    X, y : the data; ``y`` real targets (``task="regression"``: Gaussian noise with a Gamma
+        precision) or two labels -1/+1 (``task="classification"``: Bernoulli-logit with the
+        Jaakkola-Jordan bound, +1 the positive class).
+    cavi_kwargs : passed to :meth:`ppl_sbl.CAVI.run` (e.g. ``tol``, ``max_sweeps``) and to the
+        model (hyperparameters ``a0``, ``b0``, ...).
+
+    Returns
+    -------
+    ppl_sbl.CAVIResult
+    """
+    from ppl_sbl.inference import CAVI
+    from ppl_sbl.models import rvm
+
+    if not isinstance(result, SuperSparseResult):
+        raise ValueError(f"`result` must be a SuperSparseResult from fit(); got {type(result).__name__}.")
+    if task not in ("regression", "classification"):
+        raise ValueError(f"`task` must be 'regression' or 'classification'; got {task!r}.")
+    X = check_matrix("X", X)
+    y = check_targets("y", y, X.shape[0], rows_name="X")
+    Phi = np.column_stack([result.similarities(X), np.ones(X.shape[0])])
+    if task == "classification":
+        labels = np.unique(y)
+        if not set(labels.tolist()) <= {-1.0, 1.0}:
+            raise ValueError(f"`y` must be coded -1/+1 for task='classification'; got the values {labels[:5]}.")
+        return CAVI(rvm.classification).run(Phi, (y > 0).astype(np.float64), **cavi_kwargs)
+    return CAVI(rvm.regression).run(Phi, y, **cavi_kwargs)
+
+
+def evidence_over_m(X, y, *, grid=(10, 8, 6, 4, 2, 1), task="regression", cavi_kwargs=None, **fit_kwargs):
+    """m chosen by evidence instead of by a validation set: the prototypes for each m of ``grid``
+    by the incremental procedure of (8) (:func:`fit` with the largest m, then :func:`prune`),
+    each scored by :func:`evidence`. Returns ``({m: CAVIResult}, {m: SuperSparseResult})``; pass
+    the first to :func:`ppl_sbl.compare` for the table ranked by ELBO."""
+    fits, scores = {}, {}
+    for m, result in _incremental(X, y, grid, fit_kwargs):
+        fits[m] = result
+        scores[m] = evidence(result, X, y, task=task, **(cavi_kwargs or {}))
+    return scores, fits

@@ -382,3 +382,41 @@ def test_model_runs_under_nuts_and_rejects_mismatched_prototypes():
     with pytest.raises(ValueError, match="`prototypes`"):
         ss.model(X, y, prototypes=np.zeros((3, 2)))
     assert ppl_sbl.estimators.SuperSparseClassifier is SuperSparseClassifier
+
+
+def test_evidence_ranks_m_and_agrees_with_monte_carlo():
+    """m by evidence: data from three RBF bumps; the variational RVM over the learned prototypes
+    has a much higher ELBO with m = 3 or 6 than with m = 1 (which cannot fit the three bumps),
+    `compare` ranks them by that ELBO, and the ELBO equals NumPyro's Monte Carlo Trace_ELBO of
+    the same model and guide."""
+    rng = np.random.default_rng(5)
+    centres = np.array([[-2.0, 0.0], [0.0, 1.5], [2.0, -1.0]])
+    X = rng.uniform(-3.5, 3.5, size=(120, 2))
+    y = _rbf(X, centres, 0.8) @ np.array([1.5, -1.0, 2.0]) + 0.05 * rng.normal(size=120)
+    scores, fits = ss.evidence_over_m(X, y, grid=(6, 3, 1), gamma=0.8, lam=1e-4, max_steps=150, seed=0)
+    assert sorted(scores) == [1, 3, 6] and all(fits[m].m == m for m in scores)
+    elbo = {m: float(r.elbo) for m, r in scores.items()}
+    assert elbo[3] > elbo[1] + 50 and elbo[6] > elbo[1] + 50, elbo
+    table = ppl_sbl.compare({f"m={m}": r for m, r in scores.items()})
+    assert table.index[-1] == "m=1"
+    np.testing.assert_allclose(table.loc["m=3", "elbo"], elbo[3])
+    check = ppl_sbl.check_guide(scores[3], num_particles=2000)
+    assert check.passed, check.message
+    # the fitted machine with m = 3 found the three bumps: its training error is near the noise
+    assert np.sqrt(np.mean((fits[3].decision_function(X) - y) ** 2)) < 0.15
+
+
+def test_evidence_classification_and_bad_labels():
+    X, y01 = make_blobs(n_samples=80, centers=2, cluster_std=1.0, random_state=1)
+    y = np.where(y01 == 1, 1.0, -1.0)
+    res = ss.fit(X, y, m=2, gamma=0.2, max_steps=30)
+    ev = ss.evidence(res, X, y, task="classification")
+    assert np.isfinite(float(ev.elbo))
+    mean = np.asarray(ev.predict(np.column_stack([res.similarities(X), np.ones(len(X))])))
+    assert np.mean((mean > 0.5) == (y > 0)) > 0.9
+    with pytest.raises(ValueError, match="-1/\\+1"):
+        ss.evidence(res, X, y01 + 1.0, task="classification")
+    with pytest.raises(ValueError, match="`task`"):
+        ss.evidence(res, X, y, task="ranking")
+    with pytest.raises(ValueError, match="`result`"):
+        ss.evidence("not a result", X, y)
