@@ -896,8 +896,8 @@ def evidence(result, X, y, *, task="regression", **cavi_kwargs):
     X, y : the data; ``y`` real targets (``task="regression"``: Gaussian noise with a Gamma
         precision) or two labels -1/+1 (``task="classification"``: Bernoulli-logit with the
         Jaakkola-Jordan bound, +1 the positive class).
-    cavi_kwargs : passed to :meth:`ppl_sbl.CAVI.run` (e.g. ``tol``, ``max_sweeps``) and to the
-        model (hyperparameters ``a0``, ``b0``, ...).
+    cavi_kwargs : options of :class:`ppl_sbl.CAVI` (``tol``, ``max_sweeps``, ``prune``, ...) and
+        the model's hyperparameters (``a0``, ``b0``, ...), each passed where it belongs.
 
     Returns
     -------
@@ -913,12 +913,15 @@ def evidence(result, X, y, *, task="regression", **cavi_kwargs):
     X = check_matrix("X", X)
     y = check_targets("y", y, X.shape[0], rows_name="X")
     Phi = np.column_stack([result.similarities(X), np.ones(X.shape[0])])
+    options = {f.name for f in dataclasses.fields(CAVI)} - {"model", "guide"}
+    engine = {k: v for k, v in cavi_kwargs.items() if k in options}
+    cavi_kwargs = {k: v for k, v in cavi_kwargs.items() if k not in options}
     if task == "classification":
         labels = np.unique(y)
         if not set(labels.tolist()) <= {-1.0, 1.0}:
             raise ValueError(f"`y` must be coded -1/+1 for task='classification'; got the values {labels[:5]}.")
-        return CAVI(rvm.classification).run(Phi, (y > 0).astype(np.float64), **cavi_kwargs)
-    return CAVI(rvm.regression).run(Phi, y, **cavi_kwargs)
+        return CAVI(rvm.classification, **engine).run(Phi, (y > 0).astype(np.float64), **cavi_kwargs)
+    return CAVI(rvm.regression, **engine).run(Phi, y, **cavi_kwargs)
 
 
 def evidence_over_m(X, y, *, grid=(10, 8, 6, 4, 2, 1), task="regression", cavi_kwargs=None, **fit_kwargs):

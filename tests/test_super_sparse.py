@@ -420,3 +420,39 @@ def test_evidence_classification_and_bad_labels():
         ss.evidence(res, X, y, task="ranking")
     with pytest.raises(ValueError, match="`result`"):
         ss.evidence("not a result", X, y)
+
+
+def test_cli_digit_verification_table():
+    """`ppl-sbl compare --dataset digits-verification`: the SVC against super-sparse machines with
+    the test-time cost (support vectors against m) and the ELBO ranking; the SVC's row against the
+    same pipeline recomputed here with scikit-learn."""
+    import subprocess
+    import sys
+
+    from sklearn.decomposition import PCA
+    from sklearn.metrics import roc_auc_score
+
+    out = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "digits-verification",
+                          "--classes", "3", "--prototypes", "1", "2", "--n-train", "100", "--prototype-steps", "30"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {}
+    for line in out.stdout.splitlines():
+        for name in ("SVC (RBF)", "super-sparse, m = 1", "super-sparse, m = 2"):
+            if line.startswith(name + " ") and name not in rows:  # the first table (the second ranks by ELBO)
+                rows[name] = [float(v) for v in line[len(name):].split()]  # auc, error, evaluations, ELBO, rank
+    assert set(rows) == {"SVC (RBF)", "super-sparse, m = 1", "super-sparse, m = 2"}, out.stdout
+    d = ppl_sbl.datasets.digits(100, seed=0)
+    pca = PCA(20, random_state=0).fit(d.X_train)
+    X, X_test = pca.transform(d.X_train), pca.transform(d.X_test)
+    gamma = 1.0 / np.median(cdist(X, X, "sqeuclidean")[np.triu_indices(len(X), 1)])
+    y, y_test = np.where(d.t_train == 3, 1.0, -1.0), np.where(d.t_test == 3, 1.0, -1.0)
+    svc = SVC(kernel="rbf", gamma=gamma, C=1.0).fit(X, y)
+    g = svc.decision_function(X_test)
+    np.testing.assert_allclose(rows["SVC (RBF)"][:3], [roc_auc_score(y_test, g), np.mean(np.sign(g) != y_test),
+                                                       len(svc.support_)], atol=1e-4)
+    for m in (1, 2):
+        auc, error, evaluations, elbo, rank = rows[f"super-sparse, m = {m}"]
+        assert evaluations == m and 0.5 < auc <= 1.0 and 0.0 <= error < 0.5 and np.isfinite(elbo)
+    assert sorted(r[4] for n, r in rows.items() if n != "SVC (RBF)") == [1.0, 2.0]
+    assert "ranked by ELBO" in out.stdout
