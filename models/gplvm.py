@@ -214,10 +214,6 @@ def _host_inverse(K, lam):
     return inv, logdet
 
 
-def _upper(N):
-    return jnp.triu(jnp.ones((N, N), dtype=bool))
-
-
 def _host_lapack():
     """Whether to use LAPACK's potri through a host callback: on CPU with at least two cores
     available to the process. With one, XLA's CPU runtime has no thread left to hand a callback
@@ -251,7 +247,7 @@ def _core_impl(K, lam):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _core(K, lam, k_grad):
-    """(diag S, log|B|) with S = (K^-1 + Lambda)^-1 = A^-1 (I - B^-1) A^-1, B = I + A K A,
+    """(diag S, log|B|) with S = (K^-1 + Lambda)^-1 (S_q of 5.28) = A^-1 (I - B^-1) A^-1, B = I + A K A,
     A = Lambda^1/2: one factorisation and one inverse from it. The gradient (custom, so that it
     costs O(N^2) more): with g and c the cotangents of diag S and log|B|,
 
@@ -272,7 +268,7 @@ def _core_bwd(k_grad, res, ct):
     g, c = ct
     N = K.shape[0]
     a = jnp.sqrt(lam)
-    upper = _upper(N)
+    upper = jnp.triu(jnp.ones((N, N), dtype=bool))
     strict_upper = jnp.triu(upper, 1)
     # (S o S) g with S = Lambda^-1 - A^-1 B^-1 A^-1: off the diagonal S_nm^2 = (B^-1)_nm^2 / (lam_n
     # lam_m), so from the strict upper triangle W of B^-1 and h = g / lam, row sums of W o W h^T
@@ -305,11 +301,7 @@ def latent_posterior(K_Y, mubar, log_lam, *, full=False, k_grad=True):
     lam = precisions(K_Y, log_lam)  # (N, Q)
     # latent dimensions in batches of up to 2^25 / N^2 (256 MB per N x N stack)
     batch = max(1, min(lam.shape[1], 2**25 // N**2))
-    core = functools.partial(_core, K_Y, k_grad=k_grad)
-    if batch >= lam.shape[1]:  # one batch: no scan (which would copy the stacked residuals)
-        var, logdet = jax.vmap(core)(lam.T)
-    else:
-        var, logdet = jax.lax.map(core, lam.T, batch_size=batch)
+    var, logdet = jax.lax.map(lambda l: _core(K_Y, l, k_grad), lam.T, batch_size=batch)
     var = jnp.maximum(var, _TINY)
     mu = K_Y @ mubar
     kl = 0.5 * jnp.sum(N - jnp.sum(lam.T * var, 1) + jnp.sum(mubar * mu, 0) - N + logdet)

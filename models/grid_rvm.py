@@ -43,7 +43,7 @@ draws of that factor are exact zeros in float64, so Monte Carlo checks need larg
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

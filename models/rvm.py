@@ -30,7 +30,7 @@ Notation: ``Phi`` (N, M) design matrix, ``t`` targets, ``alpha_shape/alpha_rate`
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

@@ -58,6 +58,7 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
+from ppl_sbl import basis
 from ppl_sbl.validation import check_matrix, check_targets
 
 __all__ = [
@@ -146,11 +147,8 @@ def similarity_matrix(X, C, similarity="rbf", gamma=1.0):
 def _similarity_numpy(X, C, similarity, gamma):
     """S as a NumPy array, for black-box similarities (no JAX tracing)."""
     if callable(similarity):
-        S = np.asarray(similarity(np.asarray(X), np.asarray(C)), dtype=np.float64)
-    else:
-        sq = np.sum((np.asarray(X)[:, None, :] - np.asarray(C)[None, :, :]) ** 2, axis=-1)
-        S = np.exp(-gamma * sq)
-    return S
+        return np.asarray(similarity(np.asarray(X), np.asarray(C)), dtype=np.float64)
+    return basis.rbf(np.asarray(X), np.asarray(C), gamma)
 
 
 def is_traceable(similarity, X, C):

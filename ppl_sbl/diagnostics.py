@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import NamedTuple, Optional
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from numpyro.infer import Trace_ELBO
 

@@ -234,51 +234,21 @@ class GPLVMClassifier:
 # ----------------------------------------------------------------------------------------------
 # Super-sparse machines (Biggio et al.): ``ppl_sbl.models.super_sparse`` as scikit-learn estimators
 # ----------------------------------------------------------------------------------------------
-try:  # scikit-learn is optional: with it, get_params/set_params/clone/GridSearchCV work as usual
+try:  # get_params/set_params/clone/GridSearchCV/score from scikit-learn (the ``sklearn`` extra)
     from sklearn.base import BaseEstimator as _SkBaseEstimator
     from sklearn.base import ClassifierMixin as _SkClassifierMixin
     from sklearn.base import RegressorMixin as _SkRegressorMixin
 except ImportError:  # pragma: no cover - exercised only without scikit-learn
-    import inspect as _inspect
-
     class _SkBaseEstimator:
-        """get_params/set_params from the constructor's arguments (scikit-learn's convention)."""
-
-        @classmethod
-        def _get_param_names(cls):
-            return sorted(p for p in _inspect.signature(cls.__init__).parameters if p != "self")
-
-        def get_params(self, deep=True):
-            return {name: getattr(self, name) for name in self._get_param_names()}
-
-        def set_params(self, **params):
-            valid = self._get_param_names()
-            for name, value in params.items():
-                if name not in valid:
-                    raise ValueError(f"invalid parameter {name!r} for {type(self).__name__}; valid: {valid}.")
-                setattr(self, name, value)
-            return self
-
-        def __repr__(self):
-            args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-            return f"{type(self).__name__}({args})"
+        def __new__(cls, *args, **kwargs):
+            raise ImportError(f"{cls.__name__} is a scikit-learn estimator and needs scikit-learn: "
+                              "pip install 'ppl-sbl[sklearn]' (or use ppl_sbl.models.super_sparse.fit directly).")
 
     class _SkClassifierMixin:
-        _estimator_type = "classifier"
-
-        def score(self, X, y, sample_weight=None):
-            """Mean accuracy (weighted by ``sample_weight``)."""
-            return float(np.average(self.predict(X) == np.asarray(y), weights=sample_weight))
+        pass
 
     class _SkRegressorMixin:
-        _estimator_type = "regressor"
-
-        def score(self, X, y, sample_weight=None):
-            """Coefficient of determination R^2 (weighted by ``sample_weight``)."""
-            y = np.asarray(y, dtype=np.float64)
-            w = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-            mean = np.average(y, weights=w)
-            return 1.0 - np.sum(w * (y - self.predict(X)) ** 2) / np.sum(w * (y - mean) ** 2)
+        pass
 
 
 class _SuperSparseBase(_SkBaseEstimator):
