@@ -275,7 +275,7 @@ def figures(img, observed, missing, maps, stages_b, reconC, args, suffix):
                        f"sequential_sbl_haar1{suffix}.png"))
 
     fig, ax = plt.subplots(1, 3, figsize=(11, 4))
-    (rg, picks_g), (rr, picks_r) = stages_b["B guided +5%"], stages_b["B random +5%"]
+    (rg, picks_g), (rr, _) = stages_b["B guided +5%"], stages_b["B random +5%"]
     for a, (v, title) in zip(ax, [(rg, "+5% where E[delta L] is most negative"), (rr, "+5% at random"),
                                    (reconC, "accept E[delta L] > 0, Haar scale 2 on the rest")]):
         a.imshow(v, cmap="gray", vmin=0, vmax=1)

@@ -496,6 +496,9 @@ class SuperSparseResult:
     initial_prototypes : (m, d) where the descent started.
     step_size : the step size to try next (per prototype, an array, for rule (7)).
     fixed_step_size : the ``step_size`` argument of :func:`fit` (None: adaptive).
+    seconds : wall-clock time of the fit.
+    prototype_trace : (steps + 1, m, d) the prototypes at the start and after each accepted step,
+        aligned with ``objective_trace`` (only with ``fit(..., trace_prototypes=True)``).
     """
 
     prototypes: np.ndarray
@@ -518,6 +521,7 @@ class SuperSparseResult:
     step_size: float
     fixed_step_size: Optional[float] = None
     seconds: float = 0.0
+    prototype_trace: Optional[np.ndarray] = None
 
     @property
     def m(self):
@@ -626,7 +630,8 @@ def _resolve_gradient(gradient, similarity, X, C):
 
 
 def fit(X, y, *, m, similarity="rbf", gamma=1.0, lam=1e-3, sample_weight=None, max_steps=200, tol=1e-7,
-        step_size=None, repulsion=1.0, seed=0, init=None, gradient="auto", progress_bar=False):
+        step_size=None, repulsion=1.0, seed=0, init=None, gradient="auto", trace_prototypes=False,
+        progress_bar=False):
     """Learn ``m`` virtual prototypes and the coefficients of (1) by alternating the beta-step (4)
     and gradient steps on the prototypes (5)-(6).
 
@@ -658,6 +663,8 @@ def fit(X, y, *, m, similarity="rbf", gamma=1.0, lam=1e-3, sample_weight=None, m
     gradient : "auto" (automatic differentiation for a traceable similarity, rule (7) for a black
         box), "autodiff", "analytic" (the RBF's closed form :func:`rbf_prototype_gradient`) or
         "direction" (rule (7), evaluating the similarity with NumPy).
+    trace_prototypes : keep the prototypes after every accepted step in the result's
+        ``prototype_trace`` (to draw them moving during training).
     progress_bar : show a tqdm bar.
 
     Returns
@@ -718,6 +725,7 @@ def fit(X, y, *, m, similarity="rbf", gamma=1.0, lam=1e-3, sample_weight=None, m
 
         bar = tqdm(total=max_steps, desc="super-sparse", unit="step")
     trace = []
+    path = [C.copy()] if trace_prototypes else None
     stop_reason = "max_steps"
     for t in range(1, max_steps + 1):
         coef = repulsion * scale / t
@@ -729,6 +737,8 @@ def fit(X, y, *, m, similarity="rbf", gamma=1.0, lam=1e-3, sample_weight=None, m
             break
         C = C_new
         trace.append(om_new)
+        if path is not None:
+            path.append(np.asarray(C).copy())
         if step_size is not None:
             eta = np.full(m, step_size) if numpy_path else step_size
         else:
@@ -756,7 +766,7 @@ def fit(X, y, *, m, similarity="rbf", gamma=1.0, lam=1e-3, sample_weight=None, m
         converged=stop_reason != "max_steps", stop_reason=stop_reason, steps=len(trace) - 1, similarity=similarity,
         gamma=gamma, lam=lam, sample_weight=v, gradient=mode, repulsion=repulsion, tol=tol, max_steps=max_steps,
         initial_prototypes=C0, step_size=np.asarray(eta) if numpy_path else float(eta), fixed_step_size=step_size,
-        seconds=time.perf_counter() - start,
+        seconds=time.perf_counter() - start, prototype_trace=None if path is None else np.stack(path),
     )
 
 

@@ -160,6 +160,21 @@ def test_objective_never_increases_without_repulsion(seed):
     np.testing.assert_allclose(res.decision_function(X), S @ beta + b, rtol=1e-6, atol=1e-9)
 
 
+def test_prototype_trace_follows_the_objective_trace():
+    X, y = _sine(3)
+    res = ss.fit(X, y, m=3, gamma=1.0, lam=1e-3, max_steps=25, seed=3, trace_prototypes=True)
+    path = res.prototype_trace
+    assert path.shape == (res.steps + 1, 3, X.shape[1]) and res.steps > 3
+    np.testing.assert_array_equal(path[0], res.initial_prototypes)
+    np.testing.assert_array_equal(path[-1], res.prototypes)
+    v = np.ones(len(y))
+    for t in (0, res.steps // 2, res.steps):  # each recorded state scores the recorded objective
+        S = _rbf(X, path[t], 1.0)
+        np.testing.assert_allclose(res.objective_trace[t], _omega_numpy(S, y, v, 1e-3, *_solve_eq4(S, y, v, 1e-3)),
+                                   rtol=1e-9)
+    assert ss.fit(X, y, m=3, max_steps=5).prototype_trace is None
+
+
 def test_repulsion_helps_from_coincident_starts_and_never_lets_the_objective_explode():
     X, y = _sine(5)
     sigma2 = np.var(y)
