@@ -105,16 +105,27 @@ def resolve_guide(spec, args, kwargs) -> ClosedFormGuide:
 
 
 def find_guide(model, guide=None):
+    """The guide ``CAVI`` runs: ``guide`` itself if it is a ClosedFormGuide; the one attached to
+    the model (``guide=None`` or ``"closed_form"``); or, with ``guide="derived"`` or for a model
+    with no guide attached, the guide derived from the model's trace
+    (:func:`ppl_sbl.derived.derived_guide`, a selector called with the model's arguments)."""
     if isinstance(guide, ClosedFormGuide):
         return guide
-    if guide not in (None, "closed_form"):
-        raise ValueError(f"`guide` must be None, 'closed_form' or a ClosedFormGuide; got {guide!r}.")
+    if guide not in (None, "closed_form", "derived"):
+        raise ValueError(f"`guide` must be None, 'closed_form', 'derived' or a ClosedFormGuide; got {guide!r}.")
     found = getattr(model, "closed_form_guide", None)
+    if guide == "derived" or (found is None and guide is None):
+        from .derived import derived_guide
+
+        def select(*args, **kwargs):
+            return derived_guide(model, *args, **kwargs)
+
+        return select
     if found is None:
         name = getattr(model, "__name__", repr(model))
         raise ValueError(
             f"model {name} has no closed-form guide attached; decorate it with "
-            "@ppl_sbl.closed_form_guide(guide) or pass guide=ClosedFormGuide(...)."
+            "@ppl_sbl.closed_form_guide(guide), pass guide=ClosedFormGuide(...), or use guide='derived'."
         )
     return found
 
