@@ -288,11 +288,12 @@ def _regression_update(state: RegressionState, data: RobustData) -> RegressionSt
     w = L.weighted_update_w(state.w, _prior_precision(state, data.base), weights, weights * data.t, data.Phi)
     alpha_shape, alpha_rate = _update_alpha(state, data.base, G.second_moments(w))
     sq = _square_errors(w, data)
+    # the Gamma factors in the order the model declares them (gamma, then omega), as derived CAVI does
+    gamma_shape = data.e0 + 0.5 * sq.shape[0]
+    gamma_rate = data.f0 + 0.5 * jnp.sum(_omega_mean(state) * sq)
+    e_gamma = expfam.gamma_mean(gamma_shape, gamma_rate)
     omega_shape = jnp.full_like(sq, data.c + 0.5)
     omega_rate = data.d + 0.5 * e_gamma * sq
-    e_omega = expfam.gamma_mean(omega_shape, omega_rate)
-    gamma_shape = data.e0 + 0.5 * sq.shape[0]
-    gamma_rate = data.f0 + 0.5 * jnp.sum(e_omega * sq)
     return RegressionState(w, alpha_shape, alpha_rate, omega_shape, omega_rate, gamma_shape, gamma_rate)
 
 

@@ -42,6 +42,7 @@ from jax.scipy.special import digamma
 from numpyro import handlers
 
 from . import expfam
+from .bounds import expected_log_sigmoid, jj_log_sigmoid_bound
 from .inference import ClosedFormGuide
 
 __all__ = ["derived_guide", "NotConjugateError", "DerivedState"]
@@ -58,17 +59,19 @@ class NotConjugateError(ValueError):
 
 class DerivedState(NamedTuple):
     """q of a derived guide: per Gaussian site its mean (D,) and covariance (D, D); per Gamma site
-    its shape and rate (flattened)."""
+    its shape and rate (flattened); per Bernoulli site the Jaakkola-Jordan parameters xi."""
 
     mean: dict
     cov: dict
     shape: dict
     rate: dict
+    xi: dict
 
 
 class _Term(NamedTuple):
-    """One Normal site's expected log density: r = x - mu = a + sum_f B[f] z_f, precision
-    tau = exp(c + A ln g) (g all Gamma elements stacked), log-density scale s = exp(cs + As ln g)."""
+    """One Normal site: r = x - mu = a + sum_f B[f] z_f, precision tau = exp(c + A ln g) (g all
+    Gamma elements stacked), log-density scale exp(cs + As ln g). Where every row shares one
+    precision and one scale (``uniform``), G[f] = B[f]^T B[f] is precomputed."""
 
     a: jax.Array
     B: dict
@@ -76,13 +79,35 @@ class _Term(NamedTuple):
     A: jax.Array
     cs: jax.Array
     As: jax.Array
+    G: dict
+
+
+class _JJTerm(NamedTuple):
+    """One Bernoulli-logit site: logits x = a + sum_f B[f] z_f, signs s = 2 t - 1, log-density
+    scale exp(cs + As ln g)."""
+
+    a: jax.Array
+    B: dict
+    s: jax.Array
+    cs: jax.Array
+    As: jax.Array
 
 
 class _GammaPrior(NamedTuple):
+    """A Gamma site's constant prior (shape, rate), its log-density scale, and the selection of
+    its elements from the stacked Gamma vector."""
+
     shape: jax.Array
     rate: jax.Array
     cs: jax.Array
     As: jax.Array
+    sel: jax.Array
+
+
+class DerivedData(NamedTuple):
+    terms: dict
+    jj: dict
+    priors: dict
 
 
 def _base(fn):
@@ -126,7 +151,7 @@ def _sites(tr):
 
 
 def _classify(tr):
-    gauss, gamma, normal_sites, gamma_priors = [], [], [], []
+    gauss, gamma, normal_sites, bern_sites, gamma_priors = [], [], [], [], []
     for name, s in _sites(tr):
         base = _base(s["fn"])
         observed = s["is_observed"]
@@ -146,11 +171,14 @@ def _classify(tr):
                 raise NotConjugateError(f"site '{name}': observed Gamma data are not in the derived-CAVI vocabulary; "
                                         f"{_SVI_HINT}.")
             gamma_priors.append(name)
+        elif isinstance(base, dist.BernoulliLogits):
+            bern_sites.append(name)
         else:
             raise NotConjugateError(
                 f"site '{name}': an observed {type(base).__name__} likelihood is not in the derived-CAVI vocabulary "
-                f"(Normal with a mean affine in the Gaussian latents); {_SVI_HINT}.")
-    return gauss, gamma, normal_sites, gamma_priors
+                f"(Normal with a mean affine in the Gaussian latents, or Bernoulli(logits=...) with affine logits); "
+                f"{_SVI_HINT}.")
+    return gauss, gamma, normal_sites, bern_sites, gamma_priors
 
 
 def _flat(x, size):
@@ -158,106 +186,14 @@ def _flat(x, size):
 
 
 def _affine_check(name, what, f, x0, x1, tol=1e-8):
-    """Jacobian of f at x0, checked to predict f(x1) (f affine); returns (f(0)-offset, J)."""
+    """Jacobian of f at x0, checked to predict f(x1) (f affine); returns (f(0), J)."""
     J = jax.jacfwd(f)(x0)
     f0 = f(x0)
-    pred = f0 + J @ (x1 - x0)
     got = f(x1)
+    pred = f0 + J @ (x1 - x0)
     if not np.allclose(np.asarray(pred), np.asarray(got), rtol=tol, atol=tol * (1 + float(jnp.max(jnp.abs(got))))):
         raise NotConjugateError(f"site '{name}': its {what}; {_SVI_HINT}.")
     return f0 - J @ x0, J
-
-
-def _analyse(model, args, kwargs):
-    tr = _trace(model, args, kwargs)
-    gauss, gamma, normal_sites, gamma_priors = _classify(tr)
-    shapes = {name: tuple(jnp.shape(tr[name]["value"])) for name in gauss + gamma}
-    sizes = {name: int(np.prod(shapes[name], dtype=int)) for name in shapes}
-    # stacked Gamma elements: offsets into ln g
-    offsets, total = {}, 0
-    for name in gamma:
-        offsets[name] = total
-        total += sizes[name]
-    key = jax.random.PRNGKey(0)
-    k1, k2, k3, k4 = jax.random.split(key, 4)
-    z0 = {n: jax.random.normal(jax.random.fold_in(k1, i), (sizes[n],)) for i, n in enumerate(gauss)}
-    z1 = {n: jax.random.normal(jax.random.fold_in(k2, i), (sizes[n],)) for i, n in enumerate(gauss)}
-    u0 = 0.3 * jax.random.normal(k3, (total,))
-    u1 = 0.3 * jax.random.normal(k4, (total,))
-
-    def values(z, u):
-        out = {n: z[n].reshape(shapes[n]) for n in gauss}
-        out.update({n: jnp.exp(u[offsets[n]:offsets[n] + sizes[n]]).reshape(shapes[n]) for n in gamma})
-        return out
-
-    def site(z, u, name):
-        return _trace(model, args, kwargs, values(z, u))[name]
-
-    def residual(name, size):
-        def r(zvec, u):
-            z = _unstack(zvec, gauss, sizes)
-            s = site(z, u, name)
-            fn = _base(s["fn"])
-            return _flat(s["value"], size) - _flat(fn.loc, size)
-        return r
-
-    def log_precision(name, size):
-        def lp(u, z):
-            s = site(z, u, name)
-            return -2.0 * jnp.log(_flat(_base(s["fn"]).scale, size))
-        return lp
-
-    def log_scale(name, size):
-        def ls(u, z):
-            s = site(z, u, name)
-            return jnp.zeros(size) if s["scale"] is None else jnp.log(_flat(s["scale"], size))
-        return ls
-
-    zv0, zv1 = _stack(z0, gauss), _stack(z1, gauss)
-    terms, priors = {}, {}
-    for name in normal_sites + gamma_priors:
-        s = tr[name]
-        size = int(np.prod(jnp.shape(s["value"]), dtype=int))
-        # the log-density scale: a constant or a monomial in the Gamma elements, not the Gaussians
-        cs, As = _monomial(name, "log-density scale (numpyro.handlers.scale)", log_scale(name, size), u0, u1, z0, z1)
-        if name in gamma_priors:
-            for other_u, other_z in ((u1, z0), (u0, z1)):
-                fn_a, fn_b = _base(s["fn"]), _base(site(other_z, other_u, name)["fn"])
-                if not (np.allclose(_flat(fn_a.concentration, size), _flat(fn_b.concentration, size))
-                        and np.allclose(_flat(fn_a.rate, size), _flat(fn_b.rate, size))):
-                    raise NotConjugateError(
-                        f"site '{name}': a Gamma prior whose shape or rate depends on other latent variables is not "
-                        f"conjugate in derived CAVI (they must be constants); {_SVI_HINT}.")
-            fn = _base(s["fn"])
-            priors[name] = _GammaPrior(_flat(fn.concentration, size), _flat(fn.rate, size), cs, As)
-            continue
-        r = residual(name, size)
-        a, J = _affine_check(name, "mean is not affine in the Gaussian latent variables", lambda zv: r(zv, u0), zv0,
-                             zv1)
-        r_u1 = r(zv0, u1)
-        if not np.allclose(np.asarray(r(zv0, u0)), np.asarray(r_u1)):
-            raise NotConjugateError(f"site '{name}': its mean depends on a Gamma variable; {_SVI_HINT}.")
-        B = {}
-        start = 0
-        for g in gauss:
-            B[g] = J[:, start:start + sizes[g]]
-            start += sizes[g]
-        c, A = _monomial(name, "precision (1 / scale^2)", log_precision(name, size), u0, u1, z0, z1)
-        terms[name] = _Term(a, B, c, A, cs, As)
-    return dict(gauss=gauss, gamma=gamma, shapes=shapes, sizes=sizes, offsets=offsets, total=total, terms=terms,
-                priors=priors, normal_sites=normal_sites)
-
-
-def _stack(z, names):
-    return jnp.concatenate([z[n] for n in names]) if names else jnp.zeros(0)
-
-
-def _unstack(zvec, names, sizes):
-    out, start = {}, 0
-    for n in names:
-        out[n] = zvec[start:start + sizes[n]]
-        start += sizes[n]
-    return out
 
 
 def _monomial(name, what, f, u0, u1, z0, z1):
@@ -273,108 +209,262 @@ def _monomial(name, what, f, u0, u1, z0, z1):
     return c, jnp.asarray(np.round(An))
 
 
-class DerivedData(NamedTuple):
-    terms: dict
-    priors: dict
+def _stack(z, names):
+    return jnp.concatenate([z[n] for n in names]) if names else jnp.zeros(0)
+
+
+def _unstack(zvec, names, sizes):
+    out, start = {}, 0
+    for n in names:
+        out[n] = zvec[start:start + sizes[n]]
+        start += sizes[n]
+    return out
+
+
+class _Structure(NamedTuple):
+    """What the sweep's code depends on (hashable: the key under which a derived guide is reused)."""
+
+    gauss: tuple
+    gamma: tuple
+    sizes: tuple
+    shapes: tuple
+    event_dims: tuple
+    latent_order: tuple
+    normal: tuple  # (name, uniform)
+    bernoulli: tuple
+    priors: tuple
+    observed: str
+
+
+def _analyse(model, args, kwargs):
+    """(structure, data) of model(*args, **kwargs) from its trace; see the module docstring."""
+    tr = _trace(model, args, kwargs)
+    gauss, gamma, normal_sites, bern_sites, gamma_priors = _classify(tr)
+    shapes = {name: tuple(jnp.shape(tr[name]["value"])) for name in gauss + gamma}
+    sizes = {name: int(np.prod(shapes[name], dtype=int)) for name in shapes}
+    offsets, total = {}, 0
+    for name in gamma:  # stacked Gamma elements: offsets into ln g
+        offsets[name] = total
+        total += sizes[name]
+    k1, k2, k3, k4 = jax.random.split(jax.random.PRNGKey(0), 4)
+    z0 = {n: jax.random.normal(jax.random.fold_in(k1, i), (sizes[n],)) for i, n in enumerate(gauss)}
+    z1 = {n: jax.random.normal(jax.random.fold_in(k2, i), (sizes[n],)) for i, n in enumerate(gauss)}
+    u0 = 0.3 * jax.random.normal(k3, (total,))
+    u1 = 0.3 * jax.random.normal(k4, (total,))
+    zv0, zv1 = _stack(z0, gauss), _stack(z1, gauss)
+
+    def site(z, u, name):
+        values = {n: z[n].reshape(shapes[n]) for n in gauss}
+        values.update({n: jnp.exp(u[offsets[n]:offsets[n] + sizes[n]]).reshape(shapes[n]) for n in gamma})
+        return _trace(model, args, kwargs, values)[name]
+
+    def linear_part(name, size):
+        """r = x - mu (Normal) or the logits (Bernoulli) as a function of (stacked z, u)."""
+        def f(zvec, u):
+            st = site(_unstack(zvec, gauss, sizes), u, name)
+            fn = _base(st["fn"])
+            if isinstance(fn, dist.Normal):
+                return _flat(st["value"], size) - _flat(fn.loc, size)
+            return _flat(fn.logits, size)
+        return f
+
+    def log_precision(name, size):
+        return lambda u, z: -2.0 * jnp.log(_flat(_base(site(z, u, name)["fn"]).scale, size))
+
+    def log_scale(name, size):
+        def ls(u, z):
+            sc = site(z, u, name)["scale"]
+            return jnp.zeros(size) if sc is None else jnp.log(_flat(sc, size))
+        return ls
+
+    terms, jj, priors, normal = {}, {}, {}, []
+    for name in [n for n, _ in _sites(tr)]:
+        st = tr[name]
+        size = int(np.prod(jnp.shape(st["value"]), dtype=int))
+        # the log-density scale: a constant or a monomial in the Gamma elements, not the Gaussians
+        cs, As = _monomial(name, "log-density scale (numpyro.handlers.scale)", log_scale(name, size), u0, u1, z0, z1)
+        if name in gamma_priors:
+            for other_u, other_z in ((u1, z0), (u0, z1)):
+                fa, fb = _base(st["fn"]), _base(site(other_z, other_u, name)["fn"])
+                if not (np.allclose(_flat(fa.concentration, size), _flat(fb.concentration, size))
+                        and np.allclose(_flat(fa.rate, size), _flat(fb.rate, size))):
+                    raise NotConjugateError(
+                        f"site '{name}': a Gamma prior whose shape or rate depends on other latent variables is not "
+                        f"conjugate in derived CAVI (they must be constants); {_SVI_HINT}.")
+            fn = _base(st["fn"])
+            sel = np.zeros((size, total))
+            sel[np.arange(size), offsets[name] + np.arange(size)] = 1.0
+            priors[name] = _GammaPrior(_flat(fn.concentration, size), _flat(fn.rate, size), cs, As, jnp.asarray(sel))
+            continue
+        f = linear_part(name, size)
+        what = "mean" if name in normal_sites else "logits"
+        a, J = _affine_check(name, f"{what} is not affine in the Gaussian latent variables", lambda zv: f(zv, u0),
+                             zv0, zv1)
+        if not np.allclose(np.asarray(f(zv0, u0)), np.asarray(f(zv0, u1))):
+            raise NotConjugateError(f"site '{name}': its {what} depends on a Gamma variable; {_SVI_HINT}.")
+        B = dict(zip(gauss, np.split(np.asarray(J), np.cumsum([sizes[g] for g in gauss])[:-1], axis=1)))
+        B = {g: jnp.asarray(b) for g, b in B.items() if np.any(b != 0)}
+        if name in bern_sites:
+            t = np.asarray(st["value"], dtype=np.float64).reshape(-1)
+            if not np.all((t == 0) | (t == 1)):
+                raise ValueError(f"site '{name}': Bernoulli observations must be 0 or 1; got the values "
+                                 f"{np.unique(t)[:5]}. Code the labels as 0/1.")
+            jj[name] = _JJTerm(a, B, jnp.asarray(2.0 * t - 1.0), cs, As)
+            continue
+        c, A = _monomial(name, "precision (1 / scale^2)", log_precision(name, size), u0, u1, z0, z1)
+        uniform = bool(np.all(np.asarray(A) == np.asarray(A)[:1]) and np.all(np.asarray(As) == np.asarray(As)[:1])
+                       and np.ptp(np.asarray(c)) == 0 and np.ptp(np.asarray(cs)) == 0)
+        G = {g: b.T @ b for g, b in B.items()} if uniform else {}
+        terms[name] = _Term(a, B, c, A, cs, As, G)
+        normal.append((name, uniform, tuple(B)))
+    latent_order = tuple(n for n, _ in _sites(tr) if n in gauss or n in gamma)
+    observed = [n for n, st in _sites(tr) if st["is_observed"]]
+    structure = _Structure(
+        gauss=tuple(gauss), gamma=tuple(gamma), sizes=tuple(sorted(sizes.items())),
+        shapes=tuple(sorted(shapes.items())), event_dims=tuple((n, tr[n]["fn"].event_dim) for n in latent_order),
+        latent_order=latent_order, normal=tuple(normal), bernoulli=tuple((n, tuple(jj[n].B)) for n in jj),
+        priors=tuple(priors), observed=observed[0] if observed else "")
+    return structure, DerivedData(terms, jj, priors)
 
 
 # ----------------------------------------------------------------------------------------------
-# The expected log joint over the mean parameters
+# The expected log joint over the mean parameters (the registry of expected log densities)
 # ----------------------------------------------------------------------------------------------
-def _expected_log_joint(terms, priors, means, second, g_mean, g_log):
-    """E_q[ln p] as a function of E[z], E[zz^T] of each Gaussian site and E[g], E[ln g] of all
-    Gamma elements (stacked)."""
+def _linear_moments(t, means, second):
+    """E[v] and E[v^2] of v = a + sum_f B_f z_f under the mean-field q (factors independent)."""
+    mean = t.a + sum(t.B[f] @ means[f] for f in t.B)
+    var = sum(jnp.sum((t.B[f] @ (second[f] - jnp.outer(means[f], means[f]))) * t.B[f], 1) for f in t.B)
+    return mean, mean ** 2 + var
+
+
+def _expected_log_joint(data, means, second, g_mean, g_log, xi, exact=False):
+    """E_q[ln p] (with the Jaakkola-Jordan bound on Bernoulli terms unless ``exact``) as a function
+    of E[z], E[zz^T] of each Gaussian site, E[g], E[ln g] of all Gamma elements (stacked) and xi."""
     log_g_mean = jnp.log(g_mean)
     total = 0.0
-    for t in terms.values():
-        mean_r = t.a + sum(t.B[f] @ means[f] for f in t.B)
-        # E[r^2] = E[r]^2 + sum_f rowsum(B_f Cov_f B_f^T), with Cov_f = E[zz^T]_f - m_f m_f^T
-        er2 = mean_r ** 2 + sum(jnp.sum((t.B[f] @ (second[f] - jnp.outer(means[f], means[f]))) * t.B[f], 1)
-                                for f in t.B)
+    for t in data.terms.values():
         e_tau = jnp.exp(t.c + t.A @ log_g_mean)
         e_log_tau = t.c + t.A @ g_log
         e_scale = jnp.exp(t.cs + t.As @ log_g_mean)
-        total = total + jnp.sum(e_scale * expfam.normal_expected_log_density(er2, e_tau, e_log_tau))
-    for name, p in priors.items():
+        if t.G:  # one precision and scale for every row: sum_i E[r_i^2] through the Gram matrices
+            mean = t.a + sum(t.B[f] @ means[f] for f in t.B)
+            er2 = jnp.sum(mean ** 2) + sum(jnp.sum(t.G[f] * (second[f] - jnp.outer(means[f], means[f])))
+                                           for f in t.G)
+            n = t.a.shape[0]
+            total = total + e_scale[0] * (0.5 * n * (e_log_tau[0] - expfam.LOG_2PI) - 0.5 * e_tau[0] * er2)
+        else:
+            _, er2 = _linear_moments(t, means, second)
+            total = total + jnp.sum(e_scale * expfam.normal_expected_log_density(er2, e_tau, e_log_tau))
+    for name, t in data.jj.items():
+        mean, ex2 = _linear_moments(t, means, second)
+        e_scale = jnp.exp(t.cs + t.As @ log_g_mean)
+        if exact:
+            pointwise = expected_log_sigmoid(t.s * mean, ex2 - mean ** 2)
+        else:
+            pointwise = jj_log_sigmoid_bound(t.s * mean, ex2, xi[name])
+        total = total + jnp.sum(e_scale * pointwise)
+    for p in data.priors.values():
         e_scale = jnp.exp(p.cs + p.As @ log_g_mean)
-        # the prior's own element: E[g] and E[ln g] at this site's slice
-        total = total + jnp.sum(e_scale * expfam.gamma_expected_log_density(p.shape, p.rate, p.mean_sel @ g_mean,
-                                                                             p.mean_sel @ g_log))
+        total = total + jnp.sum(e_scale * expfam.gamma_expected_log_density(p.shape, p.rate, p.sel @ g_mean,
+                                                                             p.sel @ g_log))
     return total
+
+
+# ----------------------------------------------------------------------------------------------
+# The guide
+# ----------------------------------------------------------------------------------------------
+_GUIDES = {}
+_LAST = {}
 
 
 def derived_guide(model, *args, **kwargs) -> ClosedFormGuide:
     """The closed-form guide of ``model(*args, **kwargs)`` derived from its trace (see the module
-    docstring). Raises :class:`NotConjugateError` naming the first site outside the vocabulary."""
-    info = _analyse(model, args, kwargs)
-    gauss, gamma, sizes, offsets, total = info["gauss"], info["gamma"], info["sizes"], info["offsets"], info["total"]
-    priors = {}
-    for name, p in info["priors"].items():
-        sel = np.zeros((sizes[name], total))
-        sel[np.arange(sizes[name]), offsets[name] + np.arange(sizes[name])] = 1.0
-        priors[name] = _PriorSel(p.shape, p.rate, p.cs, p.As, jnp.asarray(sel))
-    data0 = DerivedData(info["terms"], priors)
+    docstring). Raises :class:`NotConjugateError` naming the first site outside the vocabulary.
+
+    The guide is reused (and its sweep compiled once) for every call with the same structure (the
+    same sites, shapes and dependencies); its ``prepare`` reads the numbers of new arguments."""
+    structure, data = _analyse(model, args, kwargs)
+    _LAST[id(model)] = (args, kwargs, data)
+    key = (model, structure)
+    if key not in _GUIDES:
+        _GUIDES[key] = _build(model, structure)
+    return _GUIDES[key]
+
+
+def _same(a, b):
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def _build(model, st: _Structure) -> ClosedFormGuide:
+    gauss, gamma = st.gauss, st.gamma
+    sizes, shapes, event_dim = dict(st.sizes), dict(st.shapes), dict(st.event_dims)
+    offsets, total = {}, 0
+    for name in gamma:
+        offsets[name] = total
+        total += sizes[name]
 
     def moments(state):
         means = {f: state.mean[f] for f in gauss}
         second = {f: state.cov[f] + jnp.outer(state.mean[f], state.mean[f]) for f in gauss}
-        g_shape = _stack(state.shape, gamma)
-        g_rate = _stack(state.rate, gamma)
+        g_shape, g_rate = _stack(state.shape, gamma), _stack(state.rate, gamma)
         return means, second, g_shape / g_rate, digamma(g_shape) - jnp.log(g_rate)
 
-    def ell(data, means, second, g_mean, g_log):
-        return _expected_log_joint(data.terms, data.priors, means, second, g_mean, g_log)
-
-    grad_gauss = jax.grad(ell, argnums=(1, 2))
-    grad_gamma = jax.grad(ell, argnums=(3, 4))
+    grad_gauss = jax.grad(_expected_log_joint, argnums=(1, 2))
+    grad_gamma = jax.grad(_expected_log_joint, argnums=(3, 4))
 
     def prepare(*a, **kw):
-        if a == args and kw == kwargs:
-            return data0
-        other = _analyse(model, a, kw)
-        return DerivedData(other["terms"], {n: _PriorSel(p.shape, p.rate, p.cs, p.As, priors[n].mean_sel)
-                                            for n, p in other["priors"].items()})
+        last = _LAST.get(id(model))
+        if last is not None and _same(last[0], a) and last[1].keys() == kw.keys() and _same(
+                tuple(last[1].values()), tuple(kw.values())):
+            return last[2]
+        other, data = _analyse(model, a, kw)
+        if other != st:
+            raise ValueError("these arguments give the model another structure; call derived_guide(model, ...) "
+                             "with them (CAVI does).")
+        return data
 
     def init(data):
-        shape = {n: data.priors[n].shape for n in gamma}
-        rate = {n: data.priors[n].rate for n in gamma}
-        mean = {f: jnp.zeros(sizes[f]) for f in gauss}
-        cov = {f: jnp.eye(sizes[f]) for f in gauss}
-        return DerivedState(mean, cov, shape, rate)
+        return DerivedState(mean={f: jnp.zeros(sizes[f]) for f in gauss}, cov={f: jnp.eye(sizes[f]) for f in gauss},
+                            shape={n: data.priors[n].shape for n in gamma}, rate={n: data.priors[n].rate for n in gamma},
+                            xi={n: jnp.ones_like(t.s) for n, t in data.jj.items()})
 
     def update(state, data):
         for f in gauss:  # Gaussian factors first, in the model's order
             means, second, g_mean, g_log = moments(state)
-            d_mean, d_second = grad_gauss(data, means, second, g_mean, g_log)
-            P = -(d_second[f] + d_second[f].T)  # -2 dL/dE[zz^T], symmetrised
-            L = jnp.linalg.cholesky(P)
-            cov = jax.scipy.linalg.cho_solve((L, True), jnp.eye(sizes[f]))
-            mean = jax.scipy.linalg.cho_solve((L, True), d_mean[f])
+            d_mean, d_second = grad_gauss(data, means, second, g_mean, g_log, state.xi)
+            P = -(d_second[f] + d_second[f].T)  # Sigma^-1 = -2 dL/dE[zz^T], symmetrised
+            chol = jnp.linalg.cholesky(P)
+            cov = jax.scipy.linalg.cho_solve((chol, True), jnp.eye(sizes[f]))
+            mean = cov @ d_mean[f]
             state = state._replace(mean={**state.mean, f: mean}, cov={**state.cov, f: cov})
         for n in gamma:  # then the Gamma factors, in the model's order
             means, second, g_mean, g_log = moments(state)
-            d_gmean, d_glog = grad_gamma(data, means, second, g_mean, g_log)
+            d_gmean, d_glog = grad_gamma(data, means, second, g_mean, g_log, state.xi)
             sl = slice(offsets[n], offsets[n] + sizes[n])
             state = state._replace(shape={**state.shape, n: 1.0 + d_glog[sl]}, rate={**state.rate, n: -d_gmean[sl]})
+        if data.jj:  # then the local-bound parameters: xi^2 = E[x^2]
+            means, second, _, _ = moments(state)
+            state = state._replace(xi={n: jnp.sqrt(_linear_moments(t, means, second)[1]) for n, t in data.jj.items()})
         return state
 
-    def elbo(state, data):
-        means, second, g_mean, g_log = moments(state)
-        value = ell(data, means, second, g_mean, g_log)
+    def entropy(state):
+        value = 0.0
         for f in gauss:
             value = value + expfam.gaussian_entropy(jnp.linalg.slogdet(state.cov[f])[1], sizes[f])
         for n in gamma:
             value = value + jnp.sum(expfam.gamma_entropy(state.shape[n], state.rate[n]))
         return value
 
-    tr0 = _trace(model, args, kwargs)
-    latent_order = [n for n, _ in _sites(tr0) if n in gauss or n in gamma]
-    event_dim = {n: tr0[n]["fn"].event_dim for n in latent_order}
+    def elbo(state, data):
+        return _expected_log_joint(data, *moments(state), state.xi) + entropy(state)
+
+    def elbo_exact(state, data):
+        return _expected_log_joint(data, *moments(state), state.xi, exact=True) + entropy(state)
 
     def guide_fn(state):
         def guide(*a, **kw):
-            for name in latent_order:
-                shape = info["shapes"][name]
+            for name in st.latent_order:
+                shape = shapes[name]
                 if name in gauss:
                     if len(shape) == 0:
                         numpyro.sample(name, dist.Normal(state.mean[name][0], jnp.sqrt(state.cov[name][0, 0])))
@@ -390,26 +480,14 @@ def derived_guide(model, *args, **kwargs) -> ClosedFormGuide:
         return guide
 
     def predict(state, data, *new_args, **new_kwargs):
-        raise NotImplementedError("predictions from a derived guide: use numpyro.infer.Predictive with guide(state)")
+        raise NotImplementedError("predictions from a derived guide: use numpyro.infer.Predictive with "
+                                  "model and result.guide")
 
     def relevance(state, data):
         f = gauss[0]
         return jnp.diag(jnp.linalg.inv(state.cov[f])), jnp.zeros(sizes[f])
 
+    has_jj = bool(st.bernoulli)
     return ClosedFormGuide(prepare=prepare, init=init, update=update, elbo=elbo, guide=guide_fn, predict=predict,
-                           relevance=relevance, observed=_observed_name(model, args, kwargs))
-
-
-class _PriorSel(NamedTuple):
-    shape: jax.Array
-    rate: jax.Array
-    cs: jax.Array
-    As: jax.Array
-    mean_sel: jax.Array
-
-
-def _observed_name(model, args, kwargs):
-    tr = _trace(model, args, kwargs)
-    names = [n for n, s in _sites(tr) if s["is_observed"]]
-    return names[0] if names else ""
-
+                           relevance=relevance, elbo_exact=elbo_exact if has_jj else None,
+                           bound="jaakkola-jordan" if has_jj else "none", observed=st.observed)

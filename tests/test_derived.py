@@ -11,7 +11,7 @@ import pytest
 import ppl_sbl
 from ppl_sbl.derived import NotConjugateError, derived_guide
 from ppl_sbl.inference import resolve_guide
-from ppl_sbl.models import grid_rvm, rvm
+from ppl_sbl.models import grid_rvm, robust_rvm, rvm
 
 
 def _sweeps(model, args, kwargs, n, compare):
@@ -60,6 +60,53 @@ def test_p_grid_regression_derived_equals_hand_written_after_every_sweep():
         _close(sd.rate["gamma"][0], sh.gamma_rate)
 
     _sweeps(grid_rvm.regression, (X, t), {}, 15, compare)
+
+
+def _labels(seed, N=50, M=8):
+    rng = np.random.default_rng(seed)
+    Phi = rng.normal(size=(N, M))
+    t = (Phi[:, 0] - Phi[:, 1] + 0.5 * rng.normal(size=N) > 0).astype(float)
+    t[:3] = 1.0 - t[:3]  # a few flipped labels for the robust model to down-weight
+    return Phi, t
+
+
+@pytest.mark.parametrize("model", [rvm.classification, robust_rvm.classification], ids=["rvm", "robust_rvm"])
+def test_jaakkola_jordan_classification_derived_equals_hand_written(model):
+    Phi, t = _labels(5)
+    h = resolve_guide(model.closed_form_guide, (Phi, t), {})
+
+    def compare(sh, sd, eh, ed):
+        assert ed == pytest.approx(eh, rel=1e-10)
+        _close(sd.mean["w"], sh.w.mean)
+        _close(sd.xi["t"], sh.xi)
+        _close(sd.rate["alpha"], sh.alpha_rate)
+        if model is robust_rvm.classification:
+            _close(sd.rate["omega"], sh.omega_rate)
+
+    _sweeps(model, (Phi, t), {}, 12, compare)
+    g = derived_guide(model, Phi, t)
+    assert g.bound == h.bound == "jaakkola-jordan"
+
+
+def test_robust_regression_derived_equals_hand_written():
+    Phi, t = _outlier_problem(2)
+
+    def compare(sh, sd, eh, ed):
+        assert ed == pytest.approx(eh, rel=1e-10)
+        _close(sd.mean["w"], sh.w.mean)
+        _close(sd.rate["omega"], sh.omega_rate)
+        _close(sd.rate["gamma"][0], sh.gamma_rate)
+
+    _sweeps(robust_rvm.regression, (Phi, t), {}, 15, compare)
+
+
+def test_derived_classification_bound_lies_below_monte_carlo():
+    Phi, t = _labels(6, N=40, M=4)
+    res = ppl_sbl.CAVI(robust_rvm.classification, guide="derived", tol=1e-10, max_sweeps=300).run(Phi, t, a=1.0,
+                                                                                                   b=1.0)
+    assert res.elbo <= res.elbo_exact
+    check = ppl_sbl.check_guide(res, num_particles=4000)
+    assert check.passed, check.message
 
 
 def student_t_rvm(Phi, t=None, *, nu=4.0):

@@ -57,7 +57,8 @@ def numpy_robust_classification(Phi, t, sweeps, a=1e-5, b=1e-5, c=R, d=R):
 
 
 def numpy_robust_regression(Phi, t, sweeps, a=1e-6, b=1e-6, c=2.0, d=2.0, e0=1e-6, f0=1e-6):
-    """Robust regression sweeps: q(w), q(alpha), q(omega), q(gamma), dense NumPy."""
+    """Robust regression sweeps: q(w), q(alpha), q(gamma), q(omega) (the Gamma factors in the order
+    the model declares them), dense NumPy."""
     N, M = Phi.shape
     at, bt, ct, dt, e, f = np.full(M, a), np.full(M, b), np.full(N, c), np.full(N, d), e0, f0
     out = []
@@ -68,8 +69,8 @@ def numpy_robust_regression(Phi, t, sweeps, a=1e-6, b=1e-6, c=2.0, d=2.0, e0=1e-
         Eb2 = mu**2 + np.diag(Sigma)
         at, bt = np.full(M, a + 0.5), b + 0.5 * Eb2
         sq = (t - Phi @ mu) ** 2 + np.einsum("nk,kl,nl->n", Phi, Sigma, Phi)
-        ct, dt = np.full(N, c + 0.5), d + 0.5 * (e / f) * sq
         e, f = e0 + N / 2, f0 + 0.5 * np.sum(ct / dt * sq)
+        ct, dt = np.full(N, c + 0.5), d + 0.5 * (e / f) * sq
         eg, elg = e / f, digamma(e) - np.log(f)
         eo, elo = ct / dt, digamma(ct) - np.log(dt)
         ea, ela = at / bt, digamma(at) - np.log(bt)
