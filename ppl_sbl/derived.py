@@ -484,8 +484,15 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
                                   "model and result.guide")
 
     def relevance(state, data):
+        """(prior precision, data precision) of each element of the first Gaussian factor: E[tau]
+        of its own prior site, and the rest of the diagonal of its natural precision."""
         f = gauss[0]
-        return jnp.diag(jnp.linalg.inv(state.cov[f])), jnp.zeros(sizes[f])
+        means, second, g_mean, g_log = moments(state)
+        _, d_second = grad_gauss(data, means, second, g_mean, g_log, state.xi)
+        total = -2.0 * jnp.diag(d_second[f])
+        own = data.terms.get(f)
+        prior = jnp.exp(own.c + own.A @ jnp.log(g_mean)) if own is not None else jnp.zeros(sizes[f])
+        return prior, total - prior
 
     has_jj = bool(st.bernoulli)
     return ClosedFormGuide(prepare=prepare, init=init, update=update, elbo=elbo, guide=guide_fn, predict=predict,
