@@ -58,14 +58,16 @@ class NotConjugateError(ValueError):
 
 
 class DerivedState(NamedTuple):
-    """q of a derived guide: per Gaussian site its mean (D,) and covariance (D, D); per Gamma site
-    its shape and rate (flattened); per Bernoulli site the Jaakkola-Jordan parameters xi."""
+    """q of a derived guide: per Gaussian site its mean (D,), covariance (D, D) and log|covariance|;
+    per Gamma site its shape and rate (flattened); per Bernoulli site the Jaakkola-Jordan
+    parameters xi."""
 
     mean: dict
     cov: dict
     shape: dict
     rate: dict
     xi: dict
+    logdet: dict
 
 
 class _Term(NamedTuple):
@@ -303,7 +305,8 @@ def _analyse(model, args, kwargs):
         if not np.allclose(np.asarray(f(zv0, u0)), np.asarray(f(zv0, u1))):
             raise NotConjugateError(f"site '{name}': its {what} depends on a Gamma variable; {_SVI_HINT}.")
         B = dict(zip(gauss, np.split(np.asarray(J), np.cumsum([sizes[g] for g in gauss])[:-1], axis=1)))
-        B = {g: jnp.asarray(b) for g, b in B.items() if np.any(b != 0)}
+        # a diagonal block (a Gaussian site's own prior) is kept as its diagonal: no dense products
+        B = {g: jnp.asarray(np.diag(b).copy() if _is_diagonal(b) else b) for g, b in B.items() if np.any(b != 0)}
         if name in bern_sites:
             t = np.asarray(st["value"], dtype=np.float64).reshape(-1)
             if not np.all((t == 0) | (t == 1)):
@@ -314,7 +317,7 @@ def _analyse(model, args, kwargs):
         c, A = _monomial(name, "precision (1 / scale^2)", log_precision(name, size), u0, u1, z0, z1)
         uniform = bool(np.all(np.asarray(A) == np.asarray(A)[:1]) and np.all(np.asarray(As) == np.asarray(As)[:1])
                        and np.ptp(np.asarray(c)) == 0 and np.ptp(np.asarray(cs)) == 0)
-        G = {g: b.T @ b for g, b in B.items()} if uniform else {}
+        G = {g: (jnp.diag(b ** 2) if b.ndim == 1 else b.T @ b) for g, b in B.items()} if uniform else {}
         terms[name] = _Term(a, B, c, A, cs, As, G)
         normal.append((name, uniform, tuple(B)))
     latent_order = tuple(n for n, _ in _sites(tr) if n in gauss or n in gamma)
@@ -330,10 +333,22 @@ def _analyse(model, args, kwargs):
 # ----------------------------------------------------------------------------------------------
 # The expected log joint over the mean parameters (the registry of expected log densities)
 # ----------------------------------------------------------------------------------------------
+def _is_diagonal(b):
+    return b.shape[0] == b.shape[1] and np.count_nonzero(b - np.diag(np.diag(b))) == 0
+
+
+def _apply(b, x):
+    """B x, for B stored dense (2-d) or as its diagonal (1-d)."""
+    return b * x if b.ndim == 1 else b @ x
+
+
 def _linear_moments(t, means, second):
     """E[v] and E[v^2] of v = a + sum_f B_f z_f under the mean-field q (factors independent)."""
-    mean = t.a + sum(t.B[f] @ means[f] for f in t.B)
-    var = sum(jnp.sum((t.B[f] @ (second[f] - jnp.outer(means[f], means[f]))) * t.B[f], 1) for f in t.B)
+    mean = t.a + sum(_apply(t.B[f], means[f]) for f in t.B)
+    var = 0.0
+    for f, b in t.B.items():
+        cov = second[f] - jnp.outer(means[f], means[f])
+        var = var + (b ** 2 * jnp.diag(cov) if b.ndim == 1 else jnp.sum((b @ cov) * b, 1))
     return mean, mean ** 2 + var
 
 
@@ -347,7 +362,7 @@ def _expected_log_joint(data, means, second, g_mean, g_log, xi, exact=False):
         e_log_tau = t.c + t.A @ g_log
         e_scale = jnp.exp(t.cs + t.As @ log_g_mean)
         if t.G:  # one precision and scale for every row: sum_i E[r_i^2] through the Gram matrices
-            mean = t.a + sum(t.B[f] @ means[f] for f in t.B)
+            mean = t.a + sum(_apply(t.B[f], means[f]) for f in t.B)
             er2 = jnp.sum(mean ** 2) + sum(jnp.sum(t.G[f] * (second[f] - jnp.outer(means[f], means[f])))
                                            for f in t.G)
             n = t.a.shape[0]
@@ -426,7 +441,8 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
     def init(data):
         return DerivedState(mean={f: jnp.zeros(sizes[f]) for f in gauss}, cov={f: jnp.eye(sizes[f]) for f in gauss},
                             shape={n: data.priors[n].shape for n in gamma}, rate={n: data.priors[n].rate for n in gamma},
-                            xi={n: jnp.ones_like(t.s) for n, t in data.jj.items()})
+                            xi={n: jnp.ones_like(t.s) for n, t in data.jj.items()},
+                            logdet={f: jnp.zeros(()) for f in gauss})
 
     def update(state, data):
         for f in gauss:  # Gaussian factors first, in the model's order
@@ -436,7 +452,9 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
             chol = jnp.linalg.cholesky(P)
             cov = jax.scipy.linalg.cho_solve((chol, True), jnp.eye(sizes[f]))
             mean = cov @ d_mean[f]
-            state = state._replace(mean={**state.mean, f: mean}, cov={**state.cov, f: cov})
+            logdet = -2.0 * jnp.sum(jnp.log(jnp.diag(chol)))
+            state = state._replace(mean={**state.mean, f: mean}, cov={**state.cov, f: cov},
+                                   logdet={**state.logdet, f: logdet})
         for n in gamma:  # then the Gamma factors, in the model's order
             means, second, g_mean, g_log = moments(state)
             d_gmean, d_glog = grad_gamma(data, means, second, g_mean, g_log, state.xi)
@@ -450,7 +468,7 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
     def entropy(state):
         value = 0.0
         for f in gauss:
-            value = value + expfam.gaussian_entropy(jnp.linalg.slogdet(state.cov[f])[1], sizes[f])
+            value = value + expfam.gaussian_entropy(state.logdet[f], sizes[f])
         for n in gamma:
             value = value + jnp.sum(expfam.gamma_entropy(state.shape[n], state.rate[n]))
         return value
