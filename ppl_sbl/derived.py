@@ -42,7 +42,7 @@ from jax.scipy.special import digamma
 from numpyro import handlers
 
 from . import expfam
-from .bounds import expected_log_sigmoid, jj_log_sigmoid_bound
+from .bounds import expected_log_sigmoid, expected_sigmoid, jj_log_sigmoid_bound
 from .inference import ClosedFormGuide
 
 __all__ = ["derived_guide", "NotConjugateError", "DerivedState"]
@@ -236,6 +236,7 @@ class _Structure(NamedTuple):
     bernoulli: tuple
     priors: tuple
     observed: str
+    touches: tuple  # (site, the Gamma sites its expected log density depends on)
 
 
 def _analyse(model, args, kwargs):
@@ -322,11 +323,19 @@ def _analyse(model, args, kwargs):
         normal.append((name, uniform, tuple(B)))
     latent_order = tuple(n for n, _ in _sites(tr) if n in gauss or n in gamma)
     observed = [n for n, st in _sites(tr) if st["is_observed"]]
+    def touched(A, As, own=None):
+        cols = np.flatnonzero(np.any(np.asarray(A) != 0, 0) | np.any(np.asarray(As) != 0, 0))
+        found = {n for n in gamma for c_ in cols if offsets[n] <= c_ < offsets[n] + sizes[n]}
+        return tuple(sorted(found | ({own} if own else set())))
+
+    touches = tuple([(n, touched(t.A, t.As)) for n, t in terms.items()]
+                    + [(n, touched(jnp.zeros_like(t.As), t.As)) for n, t in jj.items()]
+                    + [(n, touched(jnp.zeros_like(p_.As), p_.As, own=n)) for n, p_ in priors.items()])
     structure = _Structure(
         gauss=tuple(gauss), gamma=tuple(gamma), sizes=tuple(sorted(sizes.items())),
         shapes=tuple(sorted(shapes.items())), event_dims=tuple((n, tr[n]["fn"].event_dim) for n in latent_order),
         latent_order=latent_order, normal=tuple(normal), bernoulli=tuple((n, tuple(jj[n].B)) for n in jj),
-        priors=tuple(priors), observed=observed[0] if observed else "")
+        priors=tuple(priors), observed=observed[0] if observed else "", touches=touches)
     return structure, DerivedData(terms, jj, priors)
 
 
@@ -418,6 +427,14 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
         offsets[name] = total
         total += sizes[name]
 
+    touches = dict(st.touches)
+
+    def _touching(data, n):
+        """The terms whose expected log density depends on Gamma site n (the others have no
+        gradient with respect to it: skipping them saves re-evaluating the likelihood)."""
+        keep = lambda d: {k: v for k, v in d.items() if n in touches[k]}  # noqa: E731
+        return DerivedData(keep(data.terms), keep(data.jj), keep(data.priors))
+
     def moments(state):
         means = {f: state.mean[f] for f in gauss}
         second = {f: state.cov[f] + jnp.outer(state.mean[f], state.mean[f]) for f in gauss}
@@ -457,7 +474,7 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
                                    logdet={**state.logdet, f: logdet})
         for n in gamma:  # then the Gamma factors, in the model's order
             means, second, g_mean, g_log = moments(state)
-            d_gmean, d_glog = grad_gamma(data, means, second, g_mean, g_log, state.xi)
+            d_gmean, d_glog = grad_gamma(_touching(data, n), means, second, g_mean, g_log, state.xi)
             sl = slice(offsets[n], offsets[n] + sizes[n])
             state = state._replace(shape={**state.shape, n: 1.0 + d_glog[sl]}, rate={**state.rate, n: -d_gmean[sl]})
         if data.jj:  # then the local-bound parameters: xi^2 = E[x^2]
@@ -498,8 +515,45 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
         return guide
 
     def predict(state, data, *new_args, **new_kwargs):
-        raise NotImplementedError("predictions from a derived guide: use numpyro.infer.Predictive with "
-                                  "model and result.guide")
+        """For new arguments of the model (e.g. a new design matrix): the observed site's predictive
+        mean and variance (Normal: mean affine in the Gaussians plus the noise variance 1 / E[tau];
+        a Gamma site whose shape differs for the new arguments, such as a per-point noise scale,
+        enters at its prior mean) or P(t = 1) = E_q[sigmoid(logits)] (Bernoulli)."""
+        name = st.observed
+        if not name:
+            raise ValueError("the model has no observed site to predict.")
+        means = {f: state.mean[f] for f in gauss}
+        g_means = {n: state.shape[n] / state.rate[n] for n in gamma}
+        tr = _trace(model, new_args, new_kwargs)
+        if name not in tr:
+            raise ValueError(f"the model called with these arguments has no site '{name}'.")
+        values = {}
+        for n in gamma:  # E[g] from q where the shapes agree, else the prior mean
+            if tuple(jnp.shape(tr[n]["value"])) == shapes[n]:
+                values[n] = g_means[n].reshape(shapes[n])
+            else:
+                fn = _base(tr[n]["fn"])
+                values[n] = jnp.broadcast_to(fn.concentration / fn.rate, jnp.shape(tr[n]["value"]))
+
+        def site_at(zvec):
+            z = _unstack(zvec, gauss, sizes)
+            vals = {**values, **{f: z[f].reshape(shapes[f]) for f in gauss}}
+            return _trace(model, new_args, new_kwargs, vals)[name]
+
+        def linear(zvec):
+            fn = _base(site_at(zvec)["fn"])
+            size = int(np.prod(jnp.shape(site_at(zvec)["value"]), dtype=int))
+            return _flat(fn.loc if isinstance(fn, dist.Normal) else fn.logits, size)
+
+        m = _stack(means, gauss)
+        mean = linear(m)
+        J = jax.jacfwd(linear)(m)
+        blocks = np.cumsum([sizes[f] for f in gauss])[:-1]
+        var = sum(jnp.sum((b @ state.cov[f]) * b, 1) for f, b in zip(gauss, jnp.split(J, blocks, axis=1)))
+        fn = _base(site_at(m)["fn"])
+        if isinstance(fn, dist.Normal):
+            return mean, var + _flat(fn.scale, mean.shape[0]) ** 2
+        return expected_sigmoid(mean, var)
 
     def relevance(state, data):
         """(prior precision, data precision) of each element of the first Gaussian factor: E[tau]

@@ -206,6 +206,18 @@ def test_edited_models_elbo_monotone_exact_and_close_to_nuts(name):
     assert np.max(z) < 0.5, z
 
 
+def test_derived_predictions_equal_the_hand_written_ones():
+    rng = np.random.default_rng(9)
+    Phi, Phi_new = rng.normal(size=(40, 5)), rng.normal(size=(7, 5))
+    t = Phi @ np.array([1.0, 0.0, -1.0, 0.5, 0.0]) + 0.2 * rng.normal(size=40)
+    labels = (t > 0).astype(float)
+    for model, target in ((rvm.regression, t), (rvm.classification, labels)):
+        hand = ppl_sbl.CAVI(model, prune=False, tol=1e-14, max_sweeps=30).run(Phi, target)
+        derived = ppl_sbl.CAVI(model, guide="derived", tol=1e-14, max_sweeps=30).run(Phi, target)
+        for a, b in zip(jax.tree.leaves(derived.predict(Phi_new)), jax.tree.leaves(hand.predict(Phi_new))):
+            np.testing.assert_allclose(a, b, rtol=1e-9)
+
+
 def laplace_prior(Phi, t=None):
     w = numpyro.sample("w", dist.Laplace(0.0, 1.0).expand([Phi.shape[1]]).to_event(1))
     numpyro.sample("t", dist.Normal(Phi @ w, 1.0), obs=t)
