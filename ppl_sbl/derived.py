@@ -42,10 +42,12 @@ from jax.scipy.special import digamma
 from numpyro import handlers
 
 from . import expfam
+from . import gaussian as _gauss
+from .gaussian import low_rank_factor
 from .bounds import expected_log_sigmoid, expected_sigmoid, jj_log_sigmoid_bound
 from .inference import ClosedFormGuide
 
-__all__ = ["derived_guide", "NotConjugateError", "DerivedState"]
+__all__ = ["derived_guide", "covariance", "NotConjugateError", "DerivedState"]
 
 _SVI_HINT = ("fit this model with SVI instead (numpyro.infer.SVI with an AutoNormal guide and "
              "numpyro.infer.Trace_ELBO), or rewrite the site in the derived-CAVI vocabulary (Gaussian vectors, "
@@ -71,9 +73,12 @@ class DerivedState(NamedTuple):
 
 
 class _Term(NamedTuple):
-    """One Normal site: r = x - mu = a + sum_f B[f] z_f, precision tau = exp(c + A ln g) (g all
-    Gamma elements stacked), log-density scale exp(cs + As ln g). Where every row shares one
-    precision and one scale (``uniform``), G[f] = B[f]^T B[f] is precomputed."""
+    """One Normal site: r = x - mu = a + sum_f B[f] z_f (B[f] dense, or its diagonal as a vector),
+    precision tau = exp(c + A ln g) (g all Gamma elements stacked; A, 0/1, held as the index lists
+    of its ones, see :func:`_monosum`), log-density scale exp(cs + As ln g). Where every row shares one
+    precision and one scale (``uniform``), G[f] = B[f]^T B[f] is precomputed; with one Gaussian
+    factor also a^T a and B^T a (sum_i E[r_i^2] = a^T a + 2 (B^T a)^T E[z] + tr(G E[zz^T]) costs no
+    product with B), and where G has low numerical rank its factor F (G = F F^T) in place of G."""
 
     a: jax.Array
     B: dict
@@ -82,6 +87,9 @@ class _Term(NamedTuple):
     cs: jax.Array
     As: jax.Array
     G: dict
+    aTa: jax.Array
+    BTa: dict
+    F: dict
 
 
 class _JJTerm(NamedTuple):
@@ -96,8 +104,8 @@ class _JJTerm(NamedTuple):
 
 
 class _GammaPrior(NamedTuple):
-    """A Gamma site's constant prior (shape, rate), its log-density scale, and the selection of
-    its elements from the stacked Gamma vector."""
+    """A Gamma site's constant prior (shape, rate), its log-density scale, and the indices of its
+    elements in the stacked Gamma vector."""
 
     shape: jax.Array
     rate: jax.Array
@@ -199,7 +207,8 @@ def _affine_check(name, what, f, x0, x1, tol=1e-8):
 
 
 def _monomial(name, what, f, u0, u1, z0, z1):
-    """f(u, z) = ln of a positive quantity; checks it is c + A u (A in {0, 1}, no dependence on z)."""
+    """f(u, z) = ln of a positive quantity; checks it is c + A u (A in {0, 1}, no dependence on z);
+    returns c and the index lists of A's ones (see :func:`_monosum`)."""
     c, A = _affine_check(name, f"{what} is not a product of Gamma variables", lambda u: f(u, z0), u0, u1)
     if not np.allclose(np.asarray(f(u0, z0)), np.asarray(f(u0, z1))):
         raise NotConjugateError(f"site '{name}': its {what} depends on a Gaussian latent variable; {_SVI_HINT}.")
@@ -208,7 +217,20 @@ def _monomial(name, what, f, u0, u1, z0, z1):
         raise NotConjugateError(
             f"site '{name}': its {what} raises a Gamma variable to a power other than 1 (derived CAVI needs each "
             f"Gamma element at most once, to the first power); {_SVI_HINT}.")
-    return c, jnp.asarray(np.round(An))
+    # as index lists: row i is the product of the Gamma elements idx[i, :] (padded with the index
+    # one past the last element, which stands for a factor 1)
+    ones = np.isclose(An, 1.0)
+    k = int(ones.sum(1).max()) if An.size else 0
+    idx = np.full((An.shape[0], k), An.shape[1], dtype=np.int32)
+    for i, row in enumerate(ones):
+        cols = np.flatnonzero(row)
+        idx[i, :len(cols)] = cols
+    return c, jnp.asarray(idx)
+
+
+def _monosum(idx, u):
+    """sum_j u[idx[i, j]] per row (the log of a product of Gamma elements), with u padded by a 0."""
+    return jnp.sum(jnp.append(u, 0.0)[idx], axis=-1)
 
 
 def _stack(z, names):
@@ -237,12 +259,18 @@ class _Structure(NamedTuple):
     priors: tuple
     observed: str
     touches: tuple  # (site, the Gamma sites its expected log density depends on)
+    lowrank: tuple  # Gaussian factors kept in factored form (Woodbury)
 
 
 def _analyse(model, args, kwargs):
     """(structure, data) of model(*args, **kwargs) from its trace; see the module docstring."""
     tr = _trace(model, args, kwargs)
     gauss, gamma, normal_sites, bern_sites, gamma_priors = _classify(tr)
+    if not gauss and not gamma:
+        name = getattr(model, "__name__", repr(model))
+        raise NotConjugateError(
+            f"model {name} has no latent Normal or Gamma sites, so there is nothing for derived CAVI to infer; "
+            "attach a hand-written guide with @ppl_sbl.closed_form_guide(guide), or fit the model with SVI.")
     shapes = {name: tuple(jnp.shape(tr[name]["value"])) for name in gauss + gamma}
     sizes = {name: int(np.prod(shapes[name], dtype=int)) for name in shapes}
     offsets, total = {}, 0
@@ -295,9 +323,8 @@ def _analyse(model, args, kwargs):
                         f"site '{name}': a Gamma prior whose shape or rate depends on other latent variables is not "
                         f"conjugate in derived CAVI (they must be constants); {_SVI_HINT}.")
             fn = _base(st["fn"])
-            sel = np.zeros((size, total))
-            sel[np.arange(size), offsets[name] + np.arange(size)] = 1.0
-            priors[name] = _GammaPrior(_flat(fn.concentration, size), _flat(fn.rate, size), cs, As, jnp.asarray(sel))
+            sel = jnp.arange(offsets[name], offsets[name] + size, dtype=jnp.int32)
+            priors[name] = _GammaPrior(_flat(fn.concentration, size), _flat(fn.rate, size), cs, As, sel)
             continue
         f = linear_part(name, size)
         what = "mean" if name in normal_sites else "logits"
@@ -317,25 +344,42 @@ def _analyse(model, args, kwargs):
             continue
         c, A = _monomial(name, "precision (1 / scale^2)", log_precision(name, size), u0, u1, z0, z1)
         uniform = bool(np.all(np.asarray(A) == np.asarray(A)[:1]) and np.all(np.asarray(As) == np.asarray(As)[:1])
-                       and np.ptp(np.asarray(c)) == 0 and np.ptp(np.asarray(cs)) == 0)
-        G = {g: (jnp.diag(b ** 2) if b.ndim == 1 else b.T @ b) for g, b in B.items()} if uniform else {}
-        terms[name] = _Term(a, B, c, A, cs, As, G)
-        normal.append((name, uniform, tuple(B)))
+                       and np.ptp(np.asarray(c)) == 0 and np.ptp(np.asarray(cs)) == 0)  # every row alike
+        G, aTa, BTa, F = {}, jnp.zeros(()), {}, {}
+        if uniform:
+            G = {g: (jnp.diag(b ** 2) if b.ndim == 1 else b.T @ b) for g, b in B.items()}
+            if len(B) == 1:
+                (g, b), = B.items()
+                aTa, BTa = jnp.sum(a ** 2), {g: _apply(b, a) if b.ndim == 1 else b.T @ a}
+                factor = low_rank_factor(np.asarray(G[g])) if b.ndim == 2 else None
+                if factor is not None:
+                    F, G = {g: jnp.asarray(factor)}, {}
+        terms[name] = _Term(a, B, c, A, cs, As, G, aTa, BTa, F)
+        normal.append((name, uniform, tuple(B), tuple(F)))
     latent_order = tuple(n for n, _ in _sites(tr) if n in gauss or n in gamma)
     observed = [n for n, st in _sites(tr) if st["is_observed"]]
-    def touched(A, As, own=None):
-        cols = np.flatnonzero(np.any(np.asarray(A) != 0, 0) | np.any(np.asarray(As) != 0, 0))
+    def touched(*indices, own=None):
+        cols = set(np.concatenate([np.asarray(i).ravel() for i in indices]).tolist()) - {total}
         found = {n for n in gamma for c_ in cols if offsets[n] <= c_ < offsets[n] + sizes[n]}
         return tuple(sorted(found | ({own} if own else set())))
 
     touches = tuple([(n, touched(t.A, t.As)) for n, t in terms.items()]
-                    + [(n, touched(jnp.zeros_like(t.As), t.As)) for n, t in jj.items()]
-                    + [(n, touched(jnp.zeros_like(p_.As), p_.As, own=n)) for n, p_ in priors.items()])
+                    + [(n, touched(t.As)) for n, t in jj.items()]
+                    + [(n, touched(p_.As, own=n)) for n, p_ in priors.items()])
+    # Gaussian factors kept in factored form: every term on them is diagonal or the one low-rank term
+    lowrank = []
+    for g in gauss:
+        on = [t for t in terms.values() if g in t.B]
+        if any(g in t.B for t in jj.values()):
+            continue
+        low = [t for t in on if t.F]
+        if len(low) == 1 and all(len(t.B) == 1 and (t.F or t.B[g].ndim == 1) for t in on):
+            lowrank.append(g)
     structure = _Structure(
         gauss=tuple(gauss), gamma=tuple(gamma), sizes=tuple(sorted(sizes.items())),
         shapes=tuple(sorted(shapes.items())), event_dims=tuple((n, tr[n]["fn"].event_dim) for n in latent_order),
         latent_order=latent_order, normal=tuple(normal), bernoulli=tuple((n, tuple(jj[n].B)) for n in jj),
-        priors=tuple(priors), observed=observed[0] if observed else "", touches=touches)
+        priors=tuple(priors), observed=observed[0] if observed else "", touches=touches, lowrank=tuple(lowrank))
     return structure, DerivedData(terms, jj, priors)
 
 
@@ -356,6 +400,9 @@ def _linear_moments(t, means, second):
     mean = t.a + sum(_apply(t.B[f], means[f]) for f in t.B)
     var = 0.0
     for f, b in t.B.items():
+        if isinstance(second[f], tuple):  # factored factor: (diag E[zz^T], tr(G E[zz^T]))
+            var = var + b ** 2 * (second[f][0] - means[f] ** 2)
+            continue
         cov = second[f] - jnp.outer(means[f], means[f])
         var = var + (b ** 2 * jnp.diag(cov) if b.ndim == 1 else jnp.sum((b @ cov) * b, 1))
     return mean, mean ** 2 + var
@@ -367,10 +414,16 @@ def _expected_log_joint(data, means, second, g_mean, g_log, xi, exact=False):
     log_g_mean = jnp.log(g_mean)
     total = 0.0
     for t in data.terms.values():
-        e_tau = jnp.exp(t.c + t.A @ log_g_mean)
-        e_log_tau = t.c + t.A @ g_log
-        e_scale = jnp.exp(t.cs + t.As @ log_g_mean)
-        if t.G:  # one precision and scale for every row: sum_i E[r_i^2] through the Gram matrices
+        e_tau = jnp.exp(t.c + _monosum(t.A, log_g_mean))
+        e_log_tau = t.c + _monosum(t.A, g_log)
+        e_scale = jnp.exp(t.cs + _monosum(t.As, log_g_mean))
+        if t.F or t.BTa:  # one precision and scale for every row, one Gaussian factor
+            (f,) = t.BTa
+            quad = second[f][1] if t.F else jnp.sum(t.G[f] * second[f])  # tr(G E[zz^T])
+            er2 = t.aTa + 2.0 * t.BTa[f] @ means[f] + quad
+            n = t.a.shape[0]
+            total = total + e_scale[0] * (0.5 * n * (e_log_tau[0] - expfam.LOG_2PI) - 0.5 * e_tau[0] * er2)
+        elif t.G:  # one precision and scale for every row: sum_i E[r_i^2] through the Gram matrices
             mean = t.a + sum(_apply(t.B[f], means[f]) for f in t.B)
             er2 = jnp.sum(mean ** 2) + sum(jnp.sum(t.G[f] * (second[f] - jnp.outer(means[f], means[f])))
                                            for f in t.G)
@@ -381,16 +434,16 @@ def _expected_log_joint(data, means, second, g_mean, g_log, xi, exact=False):
             total = total + jnp.sum(e_scale * expfam.normal_expected_log_density(er2, e_tau, e_log_tau))
     for name, t in data.jj.items():
         mean, ex2 = _linear_moments(t, means, second)
-        e_scale = jnp.exp(t.cs + t.As @ log_g_mean)
+        e_scale = jnp.exp(t.cs + _monosum(t.As, log_g_mean))
         if exact:
             pointwise = expected_log_sigmoid(t.s * mean, ex2 - mean ** 2)
         else:
             pointwise = jj_log_sigmoid_bound(t.s * mean, ex2, xi[name])
         total = total + jnp.sum(e_scale * pointwise)
     for p in data.priors.values():
-        e_scale = jnp.exp(p.cs + p.As @ log_g_mean)
-        total = total + jnp.sum(e_scale * expfam.gamma_expected_log_density(p.shape, p.rate, p.sel @ g_mean,
-                                                                             p.sel @ g_log))
+        e_scale = jnp.exp(p.cs + _monosum(p.As, log_g_mean))
+        total = total + jnp.sum(e_scale * expfam.gamma_expected_log_density(p.shape, p.rate, g_mean[p.sel],
+                                                                             g_log[p.sel]))
     return total
 
 
@@ -399,6 +452,13 @@ def _expected_log_joint(data, means, second, g_mean, g_log, xi, exact=False):
 # ----------------------------------------------------------------------------------------------
 _GUIDES = {}
 _LAST = {}
+
+
+def covariance(state, name):
+    """The covariance of the Gaussian factor ``name`` of a derived guide's state, as a dense matrix
+    (factors on low-rank designs are kept in factored form during the sweeps)."""
+    cov = state.cov[name]
+    return _gauss.dense_covariance(cov) if isinstance(cov, _gauss.ActiveGaussian) else cov
 
 
 def derived_guide(model, *args, **kwargs) -> ClosedFormGuide:
@@ -435,11 +495,26 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
         keep = lambda d: {k: v for k, v in d.items() if n in touches[k]}  # noqa: E731
         return DerivedData(keep(data.terms), keep(data.jj), keep(data.priors))
 
-    def moments(state):
-        means = {f: state.mean[f] for f in gauss}
-        second = {f: state.cov[f] + jnp.outer(state.mean[f], state.mean[f]) for f in gauss}
+    lowrank = set(st.lowrank)
+    factor_term = {f: name for name, _, _, fs in st.normal for f in fs}  # the term holding f's factor F
+
+    def second_moment(state, data, f):
+        """E[zz^T] of a dense factor; (diag E[zz^T], tr(F F^T E[zz^T])) of a factored one."""
+        m = state.mean[f]
+        if f not in lowrank:
+            return state.cov[f] + jnp.outer(m, m)
+        q, F = state.cov[f], data.terms[factor_term[f]].F[f]
+        sigma_f = _gauss.covariance_matmul(q, F)  # Sigma F, (D, r)
+        return (_gauss.covariance_diagonal(q) + m ** 2, jnp.sum(F * sigma_f) + jnp.sum((F.T @ m) ** 2))
+
+    def gamma_moments(state):
         g_shape, g_rate = _stack(state.shape, gamma), _stack(state.rate, gamma)
-        return means, second, g_shape / g_rate, digamma(g_shape) - jnp.log(g_rate)
+        return g_shape / g_rate, digamma(g_shape) - jnp.log(g_rate)
+
+    def moments(state, data):
+        means = {f: state.mean[f] for f in gauss}
+        second = {f: second_moment(state, data, f) for f in gauss}
+        return (means, second, *gamma_moments(state))
 
     grad_gauss = jax.grad(_expected_log_joint, argnums=(1, 2))
     grad_gamma = jax.grad(_expected_log_joint, argnums=(3, 4))
@@ -456,15 +531,25 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
         return data
 
     def init(data):
-        return DerivedState(mean={f: jnp.zeros(sizes[f]) for f in gauss}, cov={f: jnp.eye(sizes[f]) for f in gauss},
+        cov = {f: (_gauss.init_active_gaussian(sizes[f], data.terms[factor_term[f]].F[f].shape[1]) if f in lowrank
+                   else jnp.eye(sizes[f])) for f in gauss}
+        return DerivedState(mean={f: jnp.zeros(sizes[f]) for f in gauss}, cov=cov,
                             shape={n: data.priors[n].shape for n in gamma}, rate={n: data.priors[n].rate for n in gamma},
                             xi={n: jnp.ones_like(t.s) for n, t in data.jj.items()},
                             logdet={f: jnp.zeros(()) for f in gauss})
 
     def update(state, data):
         for f in gauss:  # Gaussian factors first, in the model's order
-            means, second, g_mean, g_log = moments(state)
+            means, second, g_mean, g_log = moments(state, data)
             d_mean, d_second = grad_gauss(data, means, second, g_mean, g_log, state.xi)
+            if f in lowrank:  # Sigma^-1 = diag(d) + c F F^T: Woodbury, in factored form
+                d_diag, d_quad = d_second[f]
+                F = data.terms[factor_term[f]].F[f]
+                q = _gauss.update_active_gaussian(state.cov[f], -2.0 * d_diag, None, d_mean[f],
+                                                  jnp.zeros(sizes[f]), data_factor=F * jnp.sqrt(-2.0 * d_quad))
+                state = state._replace(mean={**state.mean, f: q.mean}, cov={**state.cov, f: q},
+                                       logdet={**state.logdet, f: q.log_det})
+                continue
             P = -(d_second[f] + d_second[f].T)  # Sigma^-1 = -2 dL/dE[zz^T], symmetrised
             chol = jnp.linalg.cholesky(P)
             cov = jax.scipy.linalg.cho_solve((chol, True), jnp.eye(sizes[f]))
@@ -472,13 +557,14 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
             logdet = -2.0 * jnp.sum(jnp.log(jnp.diag(chol)))
             state = state._replace(mean={**state.mean, f: mean}, cov={**state.cov, f: cov},
                                    logdet={**state.logdet, f: logdet})
+        # the Gaussian moments are fixed from here on: computed once for the Gamma and xi updates
+        means, second, _, _ = moments(state, data)
         for n in gamma:  # then the Gamma factors, in the model's order
-            means, second, g_mean, g_log = moments(state)
+            g_mean, g_log = gamma_moments(state)
             d_gmean, d_glog = grad_gamma(_touching(data, n), means, second, g_mean, g_log, state.xi)
             sl = slice(offsets[n], offsets[n] + sizes[n])
             state = state._replace(shape={**state.shape, n: 1.0 + d_glog[sl]}, rate={**state.rate, n: -d_gmean[sl]})
         if data.jj:  # then the local-bound parameters: xi^2 = E[x^2]
-            means, second, _, _ = moments(state)
             state = state._replace(xi={n: jnp.sqrt(_linear_moments(t, means, second)[1]) for n, t in data.jj.items()})
         return state
 
@@ -491,10 +577,10 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
         return value
 
     def elbo(state, data):
-        return _expected_log_joint(data, *moments(state), state.xi) + entropy(state)
+        return _expected_log_joint(data, *moments(state, data), state.xi) + entropy(state)
 
     def elbo_exact(state, data):
-        return _expected_log_joint(data, *moments(state), state.xi, exact=True) + entropy(state)
+        return _expected_log_joint(data, *moments(state, data), state.xi, exact=True) + entropy(state)
 
     def guide_fn(state):
         def guide(*a, **kw):
@@ -502,9 +588,9 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
                 shape = shapes[name]
                 if name in gauss:
                     if len(shape) == 0:
-                        numpyro.sample(name, dist.Normal(state.mean[name][0], jnp.sqrt(state.cov[name][0, 0])))
+                        numpyro.sample(name, dist.Normal(state.mean[name][0], jnp.sqrt(covariance(state, name)[0, 0])))
                     elif len(shape) == 1 and event_dim[name] == 1:
-                        numpyro.sample(name, dist.MultivariateNormal(state.mean[name], state.cov[name]))
+                        numpyro.sample(name, dist.MultivariateNormal(state.mean[name], covariance(state, name)))
                     else:
                         raise NotImplementedError(
                             f"site '{name}': the NumPyro guide of a derived Gaussian factor covers vectors with one "
@@ -549,7 +635,7 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
         mean = linear(m)
         J = jax.jacfwd(linear)(m)
         blocks = np.cumsum([sizes[f] for f in gauss])[:-1]
-        var = sum(jnp.sum((b @ state.cov[f]) * b, 1) for f, b in zip(gauss, jnp.split(J, blocks, axis=1)))
+        var = sum(jnp.sum((b @ covariance(state, f)) * b, 1) for f, b in zip(gauss, jnp.split(J, blocks, axis=1)))
         fn = _base(site_at(m)["fn"])
         if isinstance(fn, dist.Normal):
             return mean, var + _flat(fn.scale, mean.shape[0]) ** 2
@@ -559,11 +645,15 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
         """(prior precision, data precision) of each element of the first Gaussian factor: E[tau]
         of its own prior site, and the rest of the diagonal of its natural precision."""
         f = gauss[0]
-        means, second, g_mean, g_log = moments(state)
+        means, second, g_mean, g_log = moments(state, data)
         _, d_second = grad_gauss(data, means, second, g_mean, g_log, state.xi)
-        total = -2.0 * jnp.diag(d_second[f])
+        if f in lowrank:
+            F = data.terms[factor_term[f]].F[f]
+            total = -2.0 * d_second[f][0] - 2.0 * d_second[f][1] * jnp.sum(F ** 2, 1)
+        else:
+            total = -2.0 * jnp.diag(d_second[f])
         own = data.terms.get(f)
-        prior = jnp.exp(own.c + own.A @ jnp.log(g_mean)) if own is not None else jnp.zeros(sizes[f])
+        prior = jnp.exp(own.c + _monosum(own.A, jnp.log(g_mean))) if own is not None else jnp.zeros(sizes[f])
         return prior, total - prior
 
     has_jj = bool(st.bernoulli)

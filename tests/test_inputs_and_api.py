@@ -54,12 +54,14 @@ def test_estimator_bad_input():
         ppl_sbl.CAVI(rvm.regression, tol=0.0)
 
 
-def test_model_without_guide_is_refused_with_a_hint():
+def test_model_without_guide_and_without_latent_sites_is_refused_with_a_hint():
     def my_model(Phi, t=None):
         pass
 
-    with pytest.raises(ValueError, match="closed_form_guide"):
-        ppl_sbl.CAVI(my_model)
+    with pytest.raises(ValueError, match="no latent Normal or Gamma sites.*closed_form_guide"):
+        ppl_sbl.CAVI(my_model).run(np.ones((3, 2)), np.zeros(3))
+    with pytest.raises(ValueError, match="'derived'"):
+        ppl_sbl.CAVI(my_model, guide="other")
 
 
 # ---------------------------------------------------------------------------------------------
