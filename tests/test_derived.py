@@ -49,6 +49,21 @@ def test_rvm_regression_derived_equals_hand_written_after_every_sweep(seed, grou
     _sweeps(rvm.regression, (Phi, t), kwargs, 25, compare)
 
 
+def test_p_grid_classification_and_three_axis_regression_derived_equal_hand_written():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(50, 3, 4))
+    labels = (X[:, 0, 1] - X[:, 2, 3] + 0.3 * rng.normal(size=50) > 0).astype(float)
+
+    def compare(sh, sd, eh, ed):
+        assert ed == pytest.approx(eh, rel=1e-10)
+        _close(sd.mean["w"], sh.w.mean)
+
+    _sweeps(grid_rvm.classification, (X, labels), {}, 10, compare)
+    X3 = rng.normal(size=(40, 2, 3, 2))
+    t3 = X3[:, 0, 1, 0] + 0.2 * rng.normal(size=40)
+    _sweeps(grid_rvm.regression, (X3, t3), {"axis_priors": [(1e-6, 1e-6)] * 3}, 10, compare)
+
+
 def test_p_grid_regression_derived_equals_hand_written_after_every_sweep():
     rng = np.random.default_rng(3)
     X = rng.normal(size=(40, 4, 3))
