@@ -16,6 +16,12 @@ joint written over a registry of expected log densities:
   ``E[ln N(x | mu, 1/tau)] = (E[ln tau] - ln 2 pi - E[tau] E[(x - mu)^2]) / 2`` with
   ``E[tau] = tau(E[z])`` and ``E[ln tau] = ln tau(exp E[ln z])`` (exact for such products of
   independent factors);
+* **Normal sites whose precision is a sum** of two or more Gamma elements (the s-grid RVM): the
+  log-sum bound ``E[ln sum_k x_k] >= ln S + sum_k r_k (E[ln x_k] - ln eta_k)`` (``S = sum eta``,
+  ``r_k = eta_k / S``), its ``ln eta_k = E[ln x_k]`` updated in the sweep;
+* **Bernoulli-logit observations** with logits affine in the Gaussian latents: the
+  Jaakkola-Jordan bound, its ``xi^2 = E[x^2]`` updated in the sweep (``elbo_exact`` evaluates both
+  bounds' expectations by quadrature);
 * a site's log density multiplied (``numpyro.handlers.scale``) by a constant or by a Gamma
   element: the scale's expectation multiplies the term.
 
@@ -25,8 +31,11 @@ precision's Jacobian with respect to the log Gamma latents (checked constant, en
 A model outside the vocabulary raises :class:`NotConjugateError` naming the site.
 
 One sweep updates the Gaussian factors (in the order the model declares them), then the Gamma
-factors (in that order), as the hand-written guides of :mod:`ppl_sbl.models` do; the ELBO is
-the expected log joint plus the entropies. :func:`derived_guide` returns the
+factors (in that order), then the local-bound parameters, as the hand-written guides of
+:mod:`ppl_sbl.models` do; the ELBO is the expected log joint plus the entropies. A Gaussian factor
+whose terms are diagonal priors and one shared-precision likelihood with a low-rank Gram matrix
+is kept in factored form and updated by Woodbury (:func:`ppl_sbl.gaussian.update_active_gaussian`),
+as the hand-written RVM does; derived guides do not prune. :func:`derived_guide` returns the
 :class:`~ppl_sbl.inference.ClosedFormGuide` that :class:`~ppl_sbl.inference.CAVI` runs.
 """
 from __future__ import annotations
@@ -44,7 +53,8 @@ from numpyro import handlers
 from . import expfam
 from . import gaussian as _gauss
 from .gaussian import low_rank_factor
-from .bounds import expected_log_sigmoid, expected_sigmoid, jj_log_sigmoid_bound
+from .bounds import (expected_log_sigmoid, expected_log_sum_gamma, expected_sigmoid, jj_log_sigmoid_bound,
+                     log_sum_bound)
 from .inference import ClosedFormGuide
 
 __all__ = ["derived_guide", "covariance", "NotConjugateError", "DerivedState"]
@@ -70,6 +80,7 @@ class DerivedState(NamedTuple):
     rate: dict
     xi: dict
     logdet: dict
+    log_eta: dict = {}
 
 
 class _Term(NamedTuple):
@@ -114,10 +125,22 @@ class _GammaPrior(NamedTuple):
     sel: jax.Array
 
 
+class _SumTerm(NamedTuple):
+    """A Normal site whose precision is a sum of Gamma elements (the s-grid): r = a + sum_f B[f] z_f,
+    tau_i = sum_j g[idx[i, j]], E[ln tau] through the log-sum bound with parameters eta."""
+
+    a: jax.Array
+    B: dict
+    idx: jax.Array
+    cs: jax.Array
+    As: jax.Array
+
+
 class DerivedData(NamedTuple):
     terms: dict
     jj: dict
     priors: dict
+    sums: dict = {}
 
 
 def _base(fn):
@@ -228,6 +251,22 @@ def _monomial(name, what, f, u0, u1, z0, z1):
     return c, jnp.asarray(idx)
 
 
+def _sum_of_gammas(name, log_f, u0, u1, z0, total):
+    """Index lists of a precision that is a sum of two or more distinct Gamma elements (each
+    with coefficient 1, no constant), or None if it is not one."""
+    f = lambda g: jnp.exp(log_f(jnp.log(g), z0))  # noqa: E731
+    g0, g1 = jnp.exp(u0), jnp.exp(u1)
+    J = np.asarray(jax.jacfwd(f)(g0))
+    if not (np.all(np.isclose(J, 0.0) | np.isclose(J, 1.0)) and np.allclose(np.asarray(f(g1)), J @ np.asarray(g1))
+            and np.allclose(np.asarray(f(g0)), J @ np.asarray(g0))):
+        return None
+    ones = np.isclose(J, 1.0)
+    counts = ones.sum(1)
+    if counts.min() < 2 or counts.max() != counts.min():
+        return None
+    return jnp.asarray(np.stack([np.flatnonzero(row) for row in ones]).astype(np.int32))
+
+
 def _monosum(idx, u):
     """sum_j u[idx[i, j]] per row (the log of a product of Gamma elements), with u padded by a 0."""
     return jnp.sum(jnp.append(u, 0.0)[idx], axis=-1)
@@ -260,6 +299,7 @@ class _Structure(NamedTuple):
     observed: str
     touches: tuple  # (site, the Gamma sites its expected log density depends on)
     lowrank: tuple  # Gaussian factors kept in factored form (Woodbury)
+    sums: tuple = ()  # Normal sites whose precision is a sum of Gamma elements (log-sum bound)
 
 
 def _analyse(model, args, kwargs):
@@ -308,7 +348,7 @@ def _analyse(model, args, kwargs):
             return jnp.zeros(size) if sc is None else jnp.log(_flat(sc, size))
         return ls
 
-    terms, jj, priors, normal = {}, {}, {}, []
+    terms, jj, priors, normal, sums = {}, {}, {}, [], {}
     for name in [n for n, _ in _sites(tr)]:
         st = tr[name]
         size = int(np.prod(jnp.shape(st["value"]), dtype=int))
@@ -342,7 +382,14 @@ def _analyse(model, args, kwargs):
                                  f"{np.unique(t)[:5]}. Code the labels as 0/1.")
             jj[name] = _JJTerm(a, B, jnp.asarray(2.0 * t - 1.0), cs, As)
             continue
-        c, A = _monomial(name, "precision (1 / scale^2)", log_precision(name, size), u0, u1, z0, z1)
+        try:
+            c, A = _monomial(name, "precision (1 / scale^2)", log_precision(name, size), u0, u1, z0, z1)
+        except NotConjugateError as not_product:
+            idx = _sum_of_gammas(name, log_precision(name, size), u0, u1, z0, total)
+            if idx is None:
+                raise not_product
+            sums[name] = _SumTerm(a, B, idx, cs, As)
+            continue
         uniform = bool(np.all(np.asarray(A) == np.asarray(A)[:1]) and np.all(np.asarray(As) == np.asarray(As)[:1])
                        and np.ptp(np.asarray(c)) == 0 and np.ptp(np.asarray(cs)) == 0)  # every row alike
         G, aTa, BTa, F = {}, jnp.zeros(()), {}, {}
@@ -364,13 +411,14 @@ def _analyse(model, args, kwargs):
         return tuple(sorted(found | ({own} if own else set())))
 
     touches = tuple([(n, touched(t.A, t.As)) for n, t in terms.items()]
+                    + [(n, touched(t.idx, t.As)) for n, t in sums.items()]
                     + [(n, touched(t.As)) for n, t in jj.items()]
                     + [(n, touched(p_.As, own=n)) for n, p_ in priors.items()])
     # Gaussian factors kept in factored form: every term on them is diagonal or the one low-rank term
     lowrank = []
     for g in gauss:
         on = [t for t in terms.values() if g in t.B]
-        if any(g in t.B for t in jj.values()):
+        if any(g in t.B for t in list(jj.values()) + list(sums.values())):
             continue
         low = [t for t in on if t.F]
         if len(low) == 1 and all(len(t.B) == 1 and (t.F or t.B[g].ndim == 1) for t in on):
@@ -379,8 +427,9 @@ def _analyse(model, args, kwargs):
         gauss=tuple(gauss), gamma=tuple(gamma), sizes=tuple(sorted(sizes.items())),
         shapes=tuple(sorted(shapes.items())), event_dims=tuple((n, tr[n]["fn"].event_dim) for n in latent_order),
         latent_order=latent_order, normal=tuple(normal), bernoulli=tuple((n, tuple(jj[n].B)) for n in jj),
+        sums=tuple((n, tuple(sums[n].B), tuple(sums[n].idx.shape)) for n in sums),
         priors=tuple(priors), observed=observed[0] if observed else "", touches=touches, lowrank=tuple(lowrank))
-    return structure, DerivedData(terms, jj, priors)
+    return structure, DerivedData(terms, jj, priors, sums)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -408,9 +457,13 @@ def _linear_moments(t, means, second):
     return mean, mean ** 2 + var
 
 
-def _expected_log_joint(data, means, second, g_mean, g_log, xi, exact=False):
-    """E_q[ln p] (with the Jaakkola-Jordan bound on Bernoulli terms unless ``exact``) as a function
-    of E[z], E[zz^T] of each Gaussian site, E[g], E[ln g] of all Gamma elements (stacked) and xi."""
+def _expected_log_joint(data, means, second, g_mean, g_log, local, exact=None):
+    """E_q[ln p] as a function of E[z], E[zz^T] of each Gaussian site, E[g], E[ln g] of all Gamma
+    elements (stacked) and the local-bound parameters ``local = (xi, log_eta)``: with the
+    Jaakkola-Jordan bound on Bernoulli terms and the log-sum bound on sums of precisions, or,
+    with ``exact = (shapes, rates)`` of the stacked Gamma elements, their exact expectations by
+    quadrature."""
+    xi, log_eta = local
     log_g_mean = jnp.log(g_mean)
     total = 0.0
     for t in data.terms.values():
@@ -435,11 +488,23 @@ def _expected_log_joint(data, means, second, g_mean, g_log, xi, exact=False):
     for name, t in data.jj.items():
         mean, ex2 = _linear_moments(t, means, second)
         e_scale = jnp.exp(t.cs + _monosum(t.As, log_g_mean))
-        if exact:
+        if exact is not None:
             pointwise = expected_log_sigmoid(t.s * mean, ex2 - mean ** 2)
         else:
             pointwise = jj_log_sigmoid_bound(t.s * mean, ex2, xi[name])
         total = total + jnp.sum(e_scale * pointwise)
+    for name, t in data.sums.items():
+        _, er2 = _linear_moments(t, means, second)
+        e_tau = _monosum(t.idx, g_mean)
+        k = t.idx.shape[1]
+        if exact is not None:
+            e_log_tau = expected_log_sum_gamma([exact[0][t.idx[:, j]] for j in range(k)],
+                                               [exact[1][t.idx[:, j]] for j in range(k)])
+        else:
+            e_log_tau = log_sum_bound([g_log[t.idx[:, j]] for j in range(k)],
+                                      [log_eta[name][:, j] for j in range(k)])[0]
+        e_scale = jnp.exp(t.cs + _monosum(t.As, log_g_mean))
+        total = total + jnp.sum(e_scale * expfam.normal_expected_log_density(er2, e_tau, e_log_tau))
     for p in data.priors.values():
         e_scale = jnp.exp(p.cs + _monosum(p.As, log_g_mean))
         total = total + jnp.sum(e_scale * expfam.gamma_expected_log_density(p.shape, p.rate, g_mean[p.sel],
@@ -493,7 +558,7 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
         """The terms whose expected log density depends on Gamma site n (the others have no
         gradient with respect to it: skipping them saves re-evaluating the likelihood)."""
         keep = lambda d: {k: v for k, v in d.items() if n in touches[k]}  # noqa: E731
-        return DerivedData(keep(data.terms), keep(data.jj), keep(data.priors))
+        return DerivedData(keep(data.terms), keep(data.jj), keep(data.priors), keep(data.sums))
 
     lowrank = set(st.lowrank)
     factor_term = {f: name for name, _, _, fs in st.normal for f in fs}  # the term holding f's factor F
@@ -536,12 +601,13 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
         return DerivedState(mean={f: jnp.zeros(sizes[f]) for f in gauss}, cov=cov,
                             shape={n: data.priors[n].shape for n in gamma}, rate={n: data.priors[n].rate for n in gamma},
                             xi={n: jnp.ones_like(t.s) for n, t in data.jj.items()},
-                            logdet={f: jnp.zeros(()) for f in gauss})
+                            logdet={f: jnp.zeros(()) for f in gauss},
+                            log_eta={n: jnp.zeros(t.idx.shape) for n, t in data.sums.items()})  # eta = 1
 
     def update(state, data):
         for f in gauss:  # Gaussian factors first, in the model's order
             means, second, g_mean, g_log = moments(state, data)
-            d_mean, d_second = grad_gauss(data, means, second, g_mean, g_log, state.xi)
+            d_mean, d_second = grad_gauss(data, means, second, g_mean, g_log, (state.xi, state.log_eta))
             if f in lowrank:  # Sigma^-1 = diag(d) + c F F^T: Woodbury, in factored form
                 d_diag, d_quad = d_second[f]
                 F = data.terms[factor_term[f]].F[f]
@@ -561,11 +627,14 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
         means, second, _, _ = moments(state, data)
         for n in gamma:  # then the Gamma factors, in the model's order
             g_mean, g_log = gamma_moments(state)
-            d_gmean, d_glog = grad_gamma(_touching(data, n), means, second, g_mean, g_log, state.xi)
+            d_gmean, d_glog = grad_gamma(_touching(data, n), means, second, g_mean, g_log, (state.xi, state.log_eta))
             sl = slice(offsets[n], offsets[n] + sizes[n])
             state = state._replace(shape={**state.shape, n: 1.0 + d_glog[sl]}, rate={**state.rate, n: -d_gmean[sl]})
         if data.jj:  # then the local-bound parameters: xi^2 = E[x^2]
             state = state._replace(xi={n: jnp.sqrt(_linear_moments(t, means, second)[1]) for n, t in data.jj.items()})
+        if data.sums:  # and ln eta_k = E[ln x_k] (the log-sum bound is tight in expectation there)
+            _, g_log = gamma_moments(state)
+            state = state._replace(log_eta={n: g_log[t.idx] for n, t in data.sums.items()})
         return state
 
     def entropy(state):
@@ -577,10 +646,11 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
         return value
 
     def elbo(state, data):
-        return _expected_log_joint(data, *moments(state, data), state.xi) + entropy(state)
+        return _expected_log_joint(data, *moments(state, data), (state.xi, state.log_eta)) + entropy(state)
 
     def elbo_exact(state, data):
-        return _expected_log_joint(data, *moments(state, data), state.xi, exact=True) + entropy(state)
+        exact = (_stack(state.shape, gamma), _stack(state.rate, gamma))
+        return _expected_log_joint(data, *moments(state, data), (state.xi, state.log_eta), exact=exact) + entropy(state)
 
     def guide_fn(state):
         def guide(*a, **kw):
@@ -646,7 +716,7 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
         of its own prior site, and the rest of the diagonal of its natural precision."""
         f = gauss[0]
         means, second, g_mean, g_log = moments(state, data)
-        _, d_second = grad_gauss(data, means, second, g_mean, g_log, state.xi)
+        _, d_second = grad_gauss(data, means, second, g_mean, g_log, (state.xi, state.log_eta))
         if f in lowrank:
             F = data.terms[factor_term[f]].F[f]
             total = -2.0 * d_second[f][0] - 2.0 * d_second[f][1] * jnp.sum(F ** 2, 1)
@@ -656,7 +726,8 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
         prior = jnp.exp(own.c + _monosum(own.A, jnp.log(g_mean))) if own is not None else jnp.zeros(sizes[f])
         return prior, total - prior
 
-    has_jj = bool(st.bernoulli)
+    has_jj, has_sum = bool(st.bernoulli), bool(st.sums)
+    bound = "+".join(b for b, on in (("jaakkola-jordan", has_jj), ("log-sum", has_sum)) if on) or "none"
     return ClosedFormGuide(prepare=prepare, init=init, update=update, elbo=elbo, guide=guide_fn, predict=predict,
-                           relevance=relevance, elbo_exact=elbo_exact if has_jj else None,
-                           bound="jaakkola-jordan" if has_jj else "none", observed=st.observed)
+                           relevance=relevance, elbo_exact=elbo_exact if (has_jj or has_sum) else None,
+                           bound=bound, observed=st.observed)

@@ -64,6 +64,26 @@ def test_p_grid_classification_and_three_axis_regression_derived_equal_hand_writ
     _sweeps(grid_rvm.regression, (X3, t3), {"axis_priors": [(1e-6, 1e-6)] * 3}, 10, compare)
 
 
+@pytest.mark.parametrize("model", [grid_rvm.regression, grid_rvm.classification], ids=["regression", "classification"])
+def test_s_grid_log_sum_bound_derived_equals_hand_written(model):
+    """The stretch: a precision that is a sum of Gamma variables, through the log-sum bound."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(40, 4, 3))
+    t = X[:, 0, 0] - X[:, 1, 2] + 0.2 * rng.normal(size=40)
+    target = t if model is grid_rvm.regression else (t > 0).astype(float)
+    h = resolve_guide(model.closed_form_guide, (X, target), {"kind": "s"})
+    g = derived_guide(model, X, target, kind="s")
+    assert g.bound == h.bound
+    dh, dd = h.prepare(X, target, kind="s"), g.prepare(X, target, kind="s")
+    sh, sd = h.init(dh), g.init(dd)
+    for _ in range(10):
+        sh, sd = h.update(sh, dh), g.update(sd, dd)
+        assert float(g.elbo(sd, dd)) == pytest.approx(float(h.elbo(sh, dh)), rel=1e-10)
+        assert float(g.elbo_exact(sd, dd)) == pytest.approx(float(h.elbo_exact(sh, dh)), rel=1e-10)
+        _close(sd.mean["w"], sh.w.mean)
+    assert float(g.elbo(sd, dd)) <= float(g.elbo_exact(sd, dd))
+
+
 def test_p_grid_regression_derived_equals_hand_written_after_every_sweep():
     rng = np.random.default_rng(3)
     X = rng.normal(size=(40, 4, 3))
