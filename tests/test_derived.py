@@ -253,6 +253,21 @@ def test_derived_predictions_equal_the_hand_written_ones():
             np.testing.assert_allclose(a, b, rtol=1e-9)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_derived_elbo_never_decreases_on_random_problems(seed):
+    rng = np.random.default_rng(100 + seed)
+    N, M = int(rng.integers(20, 60)), int(rng.integers(3, 12))
+    Phi = rng.normal(size=(N, M)) * rng.uniform(0.2, 3.0, M)
+    t = Phi @ (rng.normal(size=M) * (rng.random(M) < 0.5)) + rng.uniform(0.05, 1.0) * rng.standard_t(3, N)
+    for model, target, kw in ((rvm.regression, t, {}), (student_t_rvm, t, {}),
+                              (robust_rvm.classification, (t > np.median(t)).astype(float), {}),
+                              (grid_rvm.regression, t, {"kind": "s"}) if M % 2 == 0 else (rvm.regression, t, {})):
+        args = (Phi.reshape(N, 2, M // 2),) if kw else (Phi,)
+        res = ppl_sbl.CAVI(model, guide="derived", tol=1e-300, max_sweeps=80).run(*args, target, **kw)
+        trace = res.elbo_trace
+        assert np.all(np.diff(trace) >= -1e-10 * np.abs(trace[1:])), (model.__name__, np.min(np.diff(trace)))
+
+
 def laplace_prior(Phi, t=None):
     w = numpyro.sample("w", dist.Laplace(0.0, 1.0).expand([Phi.shape[1]]).to_event(1))
     numpyro.sample("t", dist.Normal(Phi @ w, 1.0), obs=t)
