@@ -76,12 +76,14 @@ def test_s_grid_log_sum_bound_derived_equals_hand_written(model):
     assert g.bound == h.bound
     dh, dd = h.prepare(X, target, kind="s"), g.prepare(X, target, kind="s")
     sh, sd = h.init(dh), g.init(dd)
+    hu, he, hx = jax.jit(h.update), jax.jit(h.elbo), jax.jit(h.elbo_exact)
+    gu, ge, gx = jax.jit(g.update), jax.jit(g.elbo), jax.jit(g.elbo_exact)
     for _ in range(10):
-        sh, sd = h.update(sh, dh), g.update(sd, dd)
-        assert float(g.elbo(sd, dd)) == pytest.approx(float(h.elbo(sh, dh)), rel=1e-10)
-        assert float(g.elbo_exact(sd, dd)) == pytest.approx(float(h.elbo_exact(sh, dh)), rel=1e-10)
+        sh, sd = hu(sh, dh), gu(sd, dd)
+        assert float(ge(sd, dd)) == pytest.approx(float(he(sh, dh)), rel=1e-10)
+        assert float(gx(sd, dd)) == pytest.approx(float(hx(sh, dh)), rel=1e-10)
         _close(sd.mean["w"], sh.w.mean)
-    assert float(g.elbo(sd, dd)) <= float(g.elbo_exact(sd, dd))
+    assert float(ge(sd, dd)) <= float(gx(sd, dd))
 
 
 def test_p_grid_regression_derived_equals_hand_written_after_every_sweep():
@@ -256,12 +258,12 @@ def test_derived_predictions_equal_the_hand_written_ones():
 @pytest.mark.parametrize("seed", range(3))
 def test_derived_elbo_never_decreases_on_random_problems(seed):
     rng = np.random.default_rng(100 + seed)
-    N, M = int(rng.integers(20, 60)), int(rng.integers(3, 12))
+    N, M = 40, 6  # one shape: each model's sweep compiles once for all seeds
     Phi = rng.normal(size=(N, M)) * rng.uniform(0.2, 3.0, M)
     t = Phi @ (rng.normal(size=M) * (rng.random(M) < 0.5)) + rng.uniform(0.05, 1.0) * rng.standard_t(3, N)
     for model, target, kw in ((rvm.regression, t, {}), (student_t_rvm, t, {}),
                               (robust_rvm.classification, (t > np.median(t)).astype(float), {}),
-                              (grid_rvm.regression, t, {"kind": "s"}) if M % 2 == 0 else (rvm.regression, t, {})):
+                              (grid_rvm.regression, t, {"kind": "s"})):
         args = (Phi.reshape(N, 2, M // 2),) if kw else (Phi,)
         res = ppl_sbl.CAVI(model, guide="derived", tol=1e-300, max_sweeps=80).run(*args, target, **kw)
         trace = res.elbo_trace
