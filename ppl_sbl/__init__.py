@@ -1,7 +1,8 @@
 """ppl-sbl: sparse Bayesian learning as NumPyro programs with closed-form variational guides.
 
 Models live in ``ppl_sbl.models`` (one module per paper); this package is the engine they share:
-closed-form CAVI (:class:`CAVI`), the guide check against NumPyro's Monte Carlo ELBO
+closed-form CAVI (:class:`CAVI`; for a model without a hand-written guide, updates derived from
+the model's trace: :mod:`ppl_sbl.derived`), the guide check against NumPyro's Monte Carlo ELBO
 (:func:`check_guide`), model comparison by ELBO (:func:`compare`), ArviZ export, scikit-learn
 style estimators, bases and data sets. float64 is switched on at import.
 """
@@ -20,8 +21,9 @@ if not _os.path.isdir(_os.path.join(_here, "models")):
 
 _jax.config.update("jax_enable_x64", True)
 
-from . import basis, bounds, datasets, expfam, gaussian, likelihoods, sparse_gp  # noqa: E402
+from . import basis, bounds, datasets, derived, expfam, gaussian, likelihoods, sparse_gp  # noqa: E402
 from .arviz import compare, plot_elbo_trace, plot_grid_relevance, plot_relevance, to_inference_data  # noqa: E402
+from .derived import NotConjugateError, derived_guide  # noqa: E402
 from .diagnostics import GuideCheck, check_guide  # noqa: E402
 from .estimators import RVC, RVR, GPLVMClassifier, SuperSparseClassifier, SuperSparseRegressor  # noqa: E402
 from .inference import CAVI, CAVIResult, ClosedFormGuide, closed_form_guide, fit, fit_grid  # noqa: E402
@@ -33,6 +35,8 @@ __all__ = [
     "closed_form_guide",
     "fit",
     "fit_grid",
+    "derived_guide",
+    "NotConjugateError",
     "check_guide",
     "GuideCheck",
     "compare",
@@ -48,6 +52,7 @@ __all__ = [
     "basis",
     "bounds",
     "datasets",
+    "derived",
     "expfam",
     "gaussian",
     "likelihoods",

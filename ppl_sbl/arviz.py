@@ -23,8 +23,12 @@ def to_inference_data(result, num_samples: int = 1000, seed: int = 0):
     draws = result.sample(key, num_samples)
     observed = getattr(result, "observed_site", None) or result.guide_spec.observed
     loglik = log_likelihood(result.model, draws, *result.args, **result.kwargs)
-    obs_value = np.asarray(result.observed_value if hasattr(result, "observed_value")
-                           else getattr(result.data, observed))
+    if hasattr(result, "observed_value"):
+        obs_value = np.asarray(result.observed_value)
+    elif hasattr(result.data, observed):
+        obs_value = np.asarray(getattr(result.data, observed))
+    else:  # a derived guide keeps the observed values by site name
+        obs_value = np.asarray(result.data.observed[observed])
     idata = az.from_dict(
         posterior={k: v[None] for k, v in draws.items() if k != observed},
         log_likelihood={k: np.asarray(v)[None] for k, v in loglik.items()},

@@ -137,10 +137,14 @@ class _SumTerm(NamedTuple):
 
 
 class DerivedData(NamedTuple):
+    """The numbers of a derived guide: the terms of each registry entry, and the observed values
+    (``observed``: {site: value}, for ArviZ export)."""
+
     terms: dict
     jj: dict
     priors: dict
     sums: dict = {}
+    observed: dict = {}
 
 
 def _base(fn):
@@ -429,7 +433,8 @@ def _analyse(model, args, kwargs):
         latent_order=latent_order, normal=tuple(normal), bernoulli=tuple((n, tuple(jj[n].B)) for n in jj),
         sums=tuple((n, tuple(sums[n].B), tuple(sums[n].idx.shape)) for n in sums),
         priors=tuple(priors), observed=observed[0] if observed else "", touches=touches, lowrank=tuple(lowrank))
-    return structure, DerivedData(terms, jj, priors, sums)
+    values = {n: jnp.asarray(st_["value"]) for n, st_ in _sites(tr) if st_["is_observed"]}
+    return structure, DerivedData(terms, jj, priors, sums, values)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -558,7 +563,7 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
         """The terms whose expected log density depends on Gamma site n (the others have no
         gradient with respect to it: skipping them saves re-evaluating the likelihood)."""
         keep = lambda d: {k: v for k, v in d.items() if n in touches[k]}  # noqa: E731
-        return DerivedData(keep(data.terms), keep(data.jj), keep(data.priors), keep(data.sums))
+        return DerivedData(keep(data.terms), keep(data.jj), keep(data.priors), keep(data.sums), {})
 
     lowrank = set(st.lowrank)
     factor_term = {f: name for name, _, _, fs in st.normal for f in fs}  # the term holding f's factor F

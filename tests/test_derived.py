@@ -183,6 +183,19 @@ def test_edited_model_elbo_equals_numpyro_monte_carlo():
     assert check.passed, check.message
 
 
+def test_derived_result_exports_to_arviz_and_ranks_with_compare():
+    Phi, t = _outlier_problem(3)
+    res = ppl_sbl.CAVI(student_t_rvm, tol=1e-10, max_sweeps=200).run(Phi, t)
+    idata = ppl_sbl.to_inference_data(res, num_samples=200)
+    np.testing.assert_array_equal(idata.observed_data["t"].values, t)
+    assert idata.posterior["w"].shape == (1, 200, Phi.shape[1])
+    assert idata.log_likelihood["t"].shape == (1, 200, len(t))
+    plain = ppl_sbl.CAVI(rvm.regression, guide="derived", tol=1e-10, max_sweeps=200).run(Phi, t, a0=1.0, b0=1e-2,
+                                                                                         e0=2.0, f0=0.5)
+    table = ppl_sbl.compare({"student-t": res, "gaussian": plain})
+    assert table.index[0] == "student-t"  # the data have gross outliers
+
+
 def test_cavi_with_guide_derived_matches_the_attached_guide():
     rng = np.random.default_rng(4)
     Phi = rng.normal(size=(30, 6))
