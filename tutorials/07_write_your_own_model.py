@@ -237,7 +237,7 @@ plt.show()
 # estimate would miss the analytic value.
 
 # %%
-for name in ("Student-t", "3-axis table"):
+for name in ("group ARD", "Student-t", "3-axis table", "3-axis table + Student-t"):
     r = results[name]
     check = ppl_sbl.check_guide(r, num_particles=2000)
     print(f"{name}: {check.message} -> {'agree' if check.passed else 'DISAGREE'}")
