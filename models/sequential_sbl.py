@@ -298,6 +298,8 @@ class _Design:
     def matvec(self, x):
         """D x over the samples: x of shape (M,) or (M, k) gives (N,) or (N, k)."""
         x = np.asarray(x, dtype=np.float64)
+        if self.sparse is not None:  # over the samples only
+            return self.sparse @ x
         out = np.empty((self.n,) + x.shape[1:])
         if self.by_point.any():
             op = self.dictionary.matvec if x.ndim == 1 else self.dictionary.matmat
@@ -309,6 +311,8 @@ class _Design:
     def rmatvec(self, v):
         """D^T v: v of shape (N,) or (N, k) gives (M,) or (M, k)."""
         v = np.asarray(v, dtype=np.float64)
+        if self.sparse is not None:
+            return self.sparse_rows_t @ v
         op = self.dictionary.rmatvec if v.ndim == 1 else self.dictionary.rmatmat
         out = op(self._scatter(v))
         if len(self.extra):
@@ -345,6 +349,16 @@ class _Design:
         order[self.by_point] = np.arange(len(self.point_rows))
         order[~self.by_point] = len(self.point_rows) + np.arange(len(self.extra))
         return stacked[order]
+
+    @functools.cached_property
+    def sparse_rows_t(self):
+        """``sparse`` transposed, in CSR form (M, N)."""
+        return self.sparse.T.tocsr()
+
+    @functools.cached_property
+    def sparse_columns(self):
+        """``sparse`` in CSC form, for taking columns."""
+        return None if self.sparse is None else self.sparse.tocsc()
 
     def sq_norms(self):
         """||d_m||^2 over the samples for every m (a point sampled twice counts twice)."""
@@ -419,9 +433,11 @@ class _Work:
         self._Sbuf[:K, :K] = st.Sigma
         self._mbuf = np.zeros(cap)
         self._mbuf[:K] = st.mu
+        self._abuf = np.zeros(cap, dtype=np.int64)  # the active functions as an array (``a``)
+        self._abuf[:K] = self.active
         # D_a^T D_a, for the noise re-estimate and the exact refreshes
         self._Gbuf = np.zeros((cap, cap))
-        a = np.asarray(self.active, dtype=np.int64)
+        a = self.a
         for k, m in enumerate(self.active):
             self._Gbuf[:K, k] = self.design.rmatvec(self._column(m))[a]
         self._label = self._components()
@@ -445,18 +461,24 @@ class _Work:
         return self._mbuf[:len(self.active)]
 
     @property
+    def a(self):
+        """The active functions, an int64 view (valid until the next move)."""
+        return self._abuf[:len(self.active)]
+
+    @property
     def gram(self):
         K = len(self.active)
         return self._Gbuf[:K, :K]
 
     def _grow(self, K):
         cap = max(int(1.25 * self._Sbuf.shape[0]) + 64, K)  # modest spare room: Sigma is the largest array
-        S, G, m = np.zeros((cap, cap)), np.zeros((cap, cap)), np.zeros(cap)
+        S, G, m, a = np.zeros((cap, cap)), np.zeros((cap, cap)), np.zeros(cap), np.zeros(cap, dtype=np.int64)
         k = len(self.active)
         S[:k, :k] = self._Sbuf[:k, :k]
         G[:k, :k] = self._Gbuf[:k, :k]
         m[:k] = self._mbuf[:k]
-        self._Sbuf, self._Gbuf, self._mbuf = S, G, m
+        a[:k] = self._abuf[:k]
+        self._Sbuf, self._Gbuf, self._mbuf, self._abuf = S, G, m, a
 
     @staticmethod
     def _rank_one(A, coef, x, chunk=256):
@@ -474,7 +496,7 @@ class _Work:
 
     def _u(self, z):
         """beta D^T D_a z (M,): the change of the statistics along the coefficient direction z."""
-        return self.beta * self.design.rmatvec(self.design.active_matvec(np.asarray(self.active), z))
+        return self.beta * self.design.rmatvec(self.design.active_matvec(self.a, z))
 
     # the three moves (Tipping & Faul 2003, appendix; each checked against direct recomputation
     # in the tests) -----------------------------------------------------------------------------
@@ -490,8 +512,10 @@ class _Work:
         if K + 1 > self._Sbuf.shape[0]:
             self._grow(K + 1)
         if K:
-            a = np.asarray(self.active)
-            Sg = self.Sigma @ g[a]
+            a = self.a
+            ga = g[a]
+            nz = np.flatnonzero(ga)  # the active functions that share samples with phi_i: few
+            Sg = self.Sigma[:, nz] @ ga[nz]
             w = self.beta * Sg  # beta Sigma D_a^T phi_i
             e = self.beta * g - self.beta * self._u(Sg)  # beta phi_m^T (I - beta D_a Sigma D_a^T) phi_i
             self._rank_one(self.Sigma, s_ii, w)
@@ -505,9 +529,10 @@ class _Work:
         self.S -= s_ii * e**2
         self.Q -= mu_i * e
         self.active.append(int(i))
+        self._abuf[K] = i
         self.pos[int(i)] = K
         self.alpha[i] = alpha_i
-        a = np.asarray(self.active, dtype=np.int64)  # the new function is last
+        a = self.a  # the new function is last
         self._Gbuf[K, :K + 1] = g[a]
         self._Gbuf[:K + 1, K] = g[a]
         # the new function joins (and merges) the components of the functions it shares samples with
@@ -554,6 +579,7 @@ class _Work:
             self._Sbuf[j, j] = self._Sbuf[last, last]
             self._mbuf[j] = self._mbuf[last]
             self.active[j] = self.active[last]
+            self._abuf[j] = self._abuf[last]
             self.pos[self.active[j]] = j
             self._Gbuf[j, :last + 1] = self._Gbuf[last, :last + 1]
             self._Gbuf[:last + 1, j] = self._Gbuf[:last + 1, last]
@@ -581,50 +607,111 @@ class _Work:
         or 16 functions; overlapping RBFs are one block). The labels follow the adds (a new
         function merges the components it touches); a delete leaves its component whole, which is
         still block-diagonal, until the next exact refresh recomputes them."""
-        _, label = np.unique(self._label, return_inverse=True)
-        order = np.argsort(label, kind="stable")
-        sizes = np.bincount(label)
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        order = np.argsort(self._label, kind="stable")
+        ordered = self._label[order]
+        starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+        sizes = np.diff(np.append(starts, len(ordered)))
         return [order[starts[sizes == k][:, None] + np.arange(k)] for k in np.unique(sizes)]
 
     def _likelihood_at(self, noise_var, blocks=None):
-        """L at noise_var with alpha fixed, and the block Cholesky factors H = chol chol^T of
-        Sigma^-1 = H = A + D_a^T D_a / sigma^2 it comes from:
+        """L at one noise variance with alpha fixed, and the block Cholesky factors it comes from
+        (see ``_likelihoods``)."""
+        L, factors = self._likelihoods([noise_var], blocks)
+        return float(L[0]), factors[0]
+
+    def _likelihoods(self, noise_vars, blocks=None, residuals=False):
+        """L at each of the noise variances with alpha fixed, and for each the block Cholesky
+        factors H = chol chol^T of Sigma^-1 = H = A + D_a^T D_a / sigma^2 it comes from:
 
             log|C| = N log sigma^2 - sum log alpha + log|H|,
             y^T C^-1 y = ||y - D_a mu||^2 / sigma^2 + mu^T A mu,  mu = H^-1 D_a^T y / sigma^2,
 
         the second form free of the cancellation in (y^T y - z^T H^-1 z / sigma^2) / sigma^2 that
-        loses most digits when sigma^2 is small."""
-        a = np.asarray(self.active, dtype=np.int64)
-        N, beta = self.design.n, 1.0 / noise_var
+        loses most digits when sigma^2 is small. All the values are factorised in one stacked call
+        (the noise re-estimate tries several): small components padded to one size, larger ones
+        by size, components of one function in closed form. ``residuals``: also return ||y - D_a mu||^2 at each value."""
+        noise_vars = np.asarray(noise_vars, dtype=np.float64).reshape(-1)
+        c = len(noise_vars)
+        a = self.a
+        N, beta = self.design.n, 1.0 / noise_vars
         if len(a) == 0:
-            return float(-0.5 * (N * LOG_2PI + N * math.log(noise_var) + beta * self.st.yty)), None
-        z = beta * self.st.Dty[a]
+            L = -0.5 * (N * LOG_2PI + N * np.log(noise_vars) + beta * self.st.yty)
+            return (L, [None] * c, np.full(c, self.st.yty)) if residuals else (L, [None] * c)
+        z = self.st.Dty[a]  # D_a^T y; mu = beta H^-1 z
         G = self.gram
-        factors, logdet, mu = [], 0.0, np.empty(len(a))
-        for idx in (self._blocks() if blocks is None else blocks):
-            H = beta * G[idx[:, :, None], idx[:, None, :]]  # (n_k, k, k)
-            H[:, np.arange(idx.shape[1]), np.arange(idx.shape[1])] += self.alpha[a[idx]]
-            chol = np.linalg.cholesky(H)
-            if len(idx) == 1:
-                w = scipy.linalg.solve_triangular(chol[0], z[idx[0]], lower=True)
-                mu[idx[0]] = scipy.linalg.solve_triangular(chol[0], w, lower=True, trans="T")
+        alpha = self.alpha[a]
+        factors = [[] for _ in range(c)]
+        logdet, mu = np.zeros(c), np.empty((c, len(a)))
+        blocks = self._blocks() if blocks is None else blocks
+        for idx in blocks:
+            if idx.shape[1] == 1:
+                i = idx[:, 0]
+                h = beta[:, None] * G[i, i][None] + alpha[i][None]  # (c, n_1)
+                mu[:, i] = beta[:, None] * z[i][None] / h
+                logdet += np.sum(np.log(h), axis=1)
+                root = np.sqrt(h)
+                for j in range(c):
+                    factors[j].append((idx, root[j][:, None, None]))
+        # components of 2 to 8 functions in one stack, each padded to the largest size with an
+        # identity block (H = chol = 1, z = 0 there: no change to log|H| or mu); larger ones by size
+        small = [idx for idx in blocks if 1 < idx.shape[1] <= 8]
+        stacks = [idx for idx in blocks if idx.shape[1] > 8]
+        if small:
+            k = max(idx.shape[1] for idx in small)
+            rows = np.cumsum([0] + [len(idx) for idx in small])
+            Gb, al, zb = np.zeros((rows[-1], k, k)), np.ones((rows[-1], k)), np.zeros((rows[-1], k))
+            for r, idx in zip(rows, small):
+                n, kb = idx.shape
+                Gb[r:r + n, :kb, :kb] = G[idx[:, :, None], idx[:, None, :]]
+                al[r:r + n, :kb] = alpha[idx]
+                zb[r:r + n, :kb] = z[idx]
+            stacks.append((small, rows, Gb, al, zb))
+        for item in stacks:
+            if isinstance(item, tuple):
+                small, rows, Gb, al, zb = item
             else:
-                w = np.linalg.solve(chol, z[idx][..., None])
-                mu[idx] = np.linalg.solve(np.swapaxes(chol, 1, 2), w)[..., 0]
-            logdet += 2.0 * np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2)))
-            factors.append((idx, chol))
-        resid = self.st.y - self.design.active_matvec(a, mu)
-        yCy = beta * float(resid @ resid) + float(np.sum(self.alpha[a] * mu**2))
-        L = -0.5 * (N * LOG_2PI + N * math.log(noise_var) - np.sum(np.log(self.alpha[a])) + logdet + yCy)
-        return float(L), factors
+                Gb, al, zb = G[item[:, :, None], item[:, None, :]], alpha[item], z[item]  # (n_k, k, k) ...
+            k = Gb.shape[1]
+            H = beta[:, None, None, None] * Gb[None]  # (c, n_k, k, k)
+            H[:, :, np.arange(k), np.arange(k)] += al[None]
+            chol = np.linalg.cholesky(H)
+            rhs = beta[:, None, None] * zb[None]  # (c, n_k, k)
+            if k <= 32:  # small blocks: one stacked LU solve costs less than two stacked calls
+                sol = np.linalg.solve(H, rhs[..., None])[..., 0]
+            else:  # large blocks (overlapping functions): triangular solves with the factor
+                sol = np.empty_like(rhs)
+                for j in range(c):
+                    for b in range(len(Gb)):
+                        sol[j, b] = scipy.linalg.cho_solve((chol[j, b], True), rhs[j, b])
+            logdet += 2.0 * np.sum(np.log(np.diagonal(chol, axis1=2, axis2=3)), axis=(1, 2))
+            if isinstance(item, tuple):
+                for r, idx in zip(rows, small):
+                    n, kb = idx.shape
+                    mu[:, idx] = sol[:, r:r + n, :kb]
+                    for j in range(c):
+                        factors[j].append((idx, chol[j, r:r + n, :kb, :kb]))
+            else:
+                mu[:, item] = sol
+                for j in range(c):
+                    factors[j].append((item, chol[j]))
+        X = np.zeros((self.st.dictionary.shape[1], c))
+        X[a] = mu.T  # the active functions are distinct
+        resid = self.st.y[:, None] - self.design.matmat(X)  # (N, c)
+        yCy = beta * np.einsum("nc,nc->c", resid, resid) + mu**2 @ alpha
+        L = -0.5 * (N * LOG_2PI + N * np.log(noise_vars) - np.sum(np.log(alpha)) + logdet + yCy)
+        if residuals:
+            return L, factors, np.einsum("nc,nc->c", resid, resid)
+        return L, factors
 
     @staticmethod
     def _posterior_from(factors):
         """Sigma = F^T F with F = chol^-1, block by block: (index, Sigma-block, F-block) triples."""
         out = []
         for idx, chol in factors or []:
+            if idx.shape[1] == 1:  # components of one function: chol is sqrt(H)
+                Fb = 1.0 / chol
+                out.append((idx, Fb**2, Fb))
+                continue
             if len(idx) == 1:
                 Fb, _ = scipy.linalg.lapack.dtrtri(chol[0], lower=1)
                 Sb, _ = scipy.linalg.lapack.dlauum(Fb, lower=1)  # F^T F in the lower triangle
@@ -638,33 +725,33 @@ class _Work:
 
     def reestimate_noise(self, max_halvings=6):
         """sigma^2 = ||y - D_a mu||^2 / (N - K + sum_k alpha_k Sigma_kk) (Tipping & Faul 2003's
-        re-estimate, the zero of dL/dsigma^2 given mu and Sigma), kept only
-        where it does not lower L; otherwise the largest step towards it (halving) that does not.
-        Each value tried costs one Cholesky factorisation."""
-        a = np.asarray(self.active, dtype=np.int64)
+        re-estimate, the zero of dL/dsigma^2 given mu and Sigma), kept only where it does not lower
+        L; otherwise the largest step towards it (halving) that does not.
+
+        The residual comes from mu recomputed by the block factorisation at the old value (which
+        also gives the reference L the candidates are compared with, by the same formula, so that
+        rounding does not decide): where sigma^2 is tiny the residual is of the order of sigma^2,
+        and the rank-one updated mu, accurate to a few digits of y, would make the proposal noise.
+        The candidates are factorised in one stacked call."""
+        a = self.a
         N = self.design.n
-        resid = self.st.y - self.design.active_matvec(a, self.mu) if len(a) else self.st.y
-        dof = N - len(a) + float(np.sum(self.alpha[a] * np.diag(self.Sigma))) if len(a) else N
-        proposal = float(resid @ resid) / max(dof, 1e-12)
         old = self.noise_var
+        blocks = self._blocks()
+        ref, _, resid2 = self._likelihoods([old], blocks, residuals=True)
+        dof = N - len(a) + float(np.sum(self.alpha[a] * np.diag(self.Sigma))) if len(a) else N
+        proposal = float(resid2[0]) / max(dof, 1e-12)
         if not np.isfinite(proposal) or proposal <= 0:
             return False
         # dL/dsigma^2 = beta^2 dof (proposal - sigma^2) / 2: the proposal always points uphill; skip
         # it where even the first-order gain is at rounding level
         if 0.5 * dof * ((proposal - old) / old) ** 2 <= 1e-13 * max(1.0, abs(self.L)):
             return False
-        # compared with L at the old value by the same formula, so that rounding (large where
-        # sigma^2 is small) does not decide; the state's L moves by the difference
-        blocks = self._blocks()
-        reference, _ = self._likelihood_at(old, blocks)
-        step = 1.0
-        for _ in range(max_halvings):
-            value = old + step * (proposal - old)
-            L, chol = self._likelihood_at(value, blocks)
-            if L >= reference:
-                self._set_noise(value, self._posterior_from(chol), self.L + (L - reference))
+        values = old + 0.5 ** np.arange(max_halvings) * (proposal - old)
+        L, chol = self._likelihoods(values, blocks)
+        for value, L_value, chol_value in zip(values, L, chol):
+            if L_value >= ref[0]:
+                self._set_noise(float(value), self._posterior_from(chol_value), self.L + (L_value - ref[0]))
                 return True
-            step /= 2.0
         return False
 
     def _set_noise(self, noise_var, blocks, L, clear=False):
@@ -682,7 +769,7 @@ class _Work:
         self.L = L
         if self.sq_norms is None:
             self.sq_norms = self.design.sq_norms()
-        a = np.asarray(self.active, dtype=np.int64)
+        a = self.a
         K = len(a)
         z = self.st.Dty[a]
         if clear:
@@ -702,7 +789,7 @@ class _Work:
         Fz = F @ z
         Ds = self.design.sparse
         if Ds is not None:
-            R = (Ds.T @ (Ds[:, a] @ F.T.tocsc())).tocsr()  # (M, K), sparse
+            R = (Ds.T @ (self.design.sparse_columns[:, a] @ F.T.tocsc())).tocsr()  # (M, K), sparse
             self.S -= self.beta**2 * np.asarray(R.multiply(R).sum(axis=1)).ravel()
             self.Q -= self.beta**2 * (R @ Fz)
             return
@@ -725,7 +812,7 @@ class _Work:
         self._set_noise(self.noise_var, self._posterior_from(chol), L, clear=True)
 
     def state(self, *, converged, seconds, exact=True, stop_reason=""):
-        a = np.asarray(self.active, dtype=np.int64)
+        a = self.a.copy()
         st = dataclasses.replace(
             self.st, noise_var=float(self.noise_var), active=a, alpha=self.alpha.copy(), mu=self.mu.copy(),
             Sigma=self.Sigma.copy(), S=self.S.copy(), Q=self.Q.copy(), log_marginal_likelihood=float(self.L),
@@ -828,8 +915,10 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
 
     Stopping: when the largest gain is at most ``tol * max(1, |L|)`` ("tolerance"), or when the
     gains are rounding ("rounding"): at three exact refreshes in a row, L recomputed from scratch
-    has risen since the previous refresh by less than ``tol * max(1, |L|)`` per move made in
-    between, although each move claimed more, and the claimed gains were tiny themselves (below
+    lies less than ``tol * max(1, |L|)`` per move made since the previous refresh above the
+    highest L of the earlier refreshes (where sigma^2 is tiny the evaluation from scratch carries
+    rounding of its own, so that a comparison with the previous refresh alone passes on noise),
+    although each move claimed more, and the claimed gains were tiny themselves (below
     ``max(1e3 tol, 1e-10) * max(1, |L|)`` per move, the precision float64 and the rank-one updates
     leave; larger claims that the exact L does not bear out are statistics that drifted on an
     ill-conditioned dictionary, which the refreshes correct, so the fit goes on). This happens where sigma^2 is tiny (the noise re-estimated towards 0 on a
@@ -845,32 +934,45 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
     bar = _bar(progress_bar, max_steps)
     converged, stop_reason = False, "max_steps"
 
+    # the precision float64 and the rank-one updates leave L, per move (see the stopping rule)
+    rounding = max(1e3 * tol, 1e-10)
+    failed_at = None  # L where the last re-estimate found no value that raises L
+
     def noise_move():
+        # a re-estimate that found no better value is tried again once the moves since have raised
+        # L by more than rounding: where sigma^2 is tiny, L evaluated at neighbouring values differs
+        # by more than the gains the proposal promises, and each retry costs a factorisation
+        nonlocal failed_at
+        if failed_at is not None and work.L - failed_at <= rounding * max(1.0, abs(work.L)):
+            return 0.0
         before = work.L
         if work.reestimate_noise():
+            failed_at = None
             work.trace.append(work.L)
             work.moves.append(("noise", -1))
             work.trace_seconds.append(time.perf_counter() - start)
             return work.L - before
+        failed_at = work.L
         return 0.0
 
     # the first refresh comes early (16 moves) and the interval doubles while the updates do not drift, so
     # that an ill-conditioned dictionary is caught before hundreds of moves on drifted statistics
     last_refresh, interval, drifting = 0, min(16, refresh_every or 16), False
-    exact_L, stalls = None, 0  # L at the last exact refresh; intervals in a row whose moves gained only rounding
+    exact_L, best_L, stalls = None, None, 0  # L at the last exact refresh, the highest; intervals in a row whose moves gained only rounding
 
     def refresh(moves):
         # shorter intervals while the rank-one updates drift, longer (up to refresh_every) once not
-        nonlocal interval, drifting, exact_L, stalls
+        nonlocal interval, drifting, exact_L, best_L, stalls
         claimed = work.L  # accumulated from the moves' gains
         work.refresh()
         drifting = abs(work.drift[-1][1]) > 1e-9 * max(1.0, abs(work.L))
         interval = max(16, interval // 4) if drifting else min(int(refresh_every), 2 * interval)
         scale = moves * max(1.0, abs(work.L))
-        stalled = (exact_L is not None and moves > 0 and work.L - exact_L < tol * scale
-                   and claimed - exact_L < max(1e3 * tol, 1e-10) * scale)
+        stalled = (exact_L is not None and moves > 0 and work.L - best_L < tol * scale
+                   and claimed - exact_L < rounding * scale)
         stalls = stalls + 1 if stalled else 0
         exact_L = work.L
+        best_L = work.L if best_L is None else max(best_L, work.L)
 
     for step in range(int(max_steps)):
         if refresh_every is not None and step - last_refresh >= (interval if drifting else
