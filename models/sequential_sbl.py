@@ -356,6 +356,16 @@ class _Design:
         return self.sparse.T.tocsr()
 
     @functools.cached_property
+    def sparse_gram(self):
+        """D^T D (M, M) in CSC form where the dictionary is sparse and it has at most 16 times the
+        nonzeros of D (tile-local dictionaries), else None."""
+        if self.sparse is None:
+            return None
+        if np.sum(np.diff(self.sparse.indptr).astype(np.float64) ** 2) > 16 * max(self.sparse.nnz, 1):
+            return None
+        return (self.sparse_rows_t @ self.sparse).tocsc()
+
+    @functools.cached_property
     def sparse_columns(self):
         """``sparse`` in CSC form, for taking columns."""
         return None if self.sparse is None else self.sparse.tocsc()
@@ -785,15 +795,18 @@ class _Work:
         rows = np.concatenate([np.broadcast_to(idx[:, :, None], Fb.shape).ravel() for idx, Fb in F_blocks])
         cols = np.concatenate([np.broadcast_to(idx[:, None, :], Fb.shape).ravel() for idx, Fb in F_blocks])
         vals = np.concatenate([Fb.ravel() for _, Fb in F_blocks])
-        F = scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(K, K))
-        Fz = F @ z
+        Ft = scipy.sparse.csr_matrix((vals, (cols, rows)), shape=(K, K))  # F^T
+        Fz = Ft.T @ z
         Ds = self.design.sparse
         if Ds is not None:
-            R = (Ds.T @ (self.design.sparse_columns[:, a] @ F.T.tocsc())).tocsr()  # (M, K), sparse
-            self.S -= self.beta**2 * np.asarray(R.multiply(R).sum(axis=1)).ravel()
+            # R = D^T D_a F^T, from the sparse Gram matrix D^T D where it is cheap to hold
+            GG = self.design.sparse_gram
+            R = (GG[:, a] @ Ft if GG is not None else Ds.T @ (self.design.sparse_columns[:, a] @ Ft)).tocsr()
+            rows_of = np.repeat(np.arange(R.shape[0]), np.diff(R.indptr))
+            self.S -= self.beta**2 * np.bincount(rows_of, weights=R.data**2, minlength=R.shape[0])
             self.Q -= self.beta**2 * (R @ Fz)
             return
-        Ft = F.T.toarray()
+        Ft = Ft.toarray()
         block = _REFRESH_BLOCK
         for c0 in range(0, K, block):  # column blocks of R: the peak stays O(M block)
             X = np.zeros((self.st.dictionary.shape[1], min(block, K - c0)))
