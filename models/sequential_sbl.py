@@ -277,8 +277,11 @@ def design_rows(state, samples):
 class _Design:
     """The design matrix over the samples, D[n, m] = d_m(x_n), through the dictionary."""
 
-    def __init__(self, dictionary, rows, extra_rows):
+    def __init__(self, dictionary, rows, extra_rows, prefer_sparse=False):
         self.dictionary = dictionary
+        # products through ``sparse`` (built once, O(nonzeros)) for a run of many moves; a single
+        # product (add_sample) goes through the dictionary
+        self.prefer_sparse = prefer_sparse
         self.rows = np.asarray(rows, dtype=np.int64)
         self.by_point = self.rows >= 0
         self.point_rows = self.rows[self.by_point]
@@ -298,7 +301,7 @@ class _Design:
     def matvec(self, x):
         """D x over the samples: x of shape (M,) or (M, k) gives (N,) or (N, k)."""
         x = np.asarray(x, dtype=np.float64)
-        if self.sparse is not None:  # over the samples only
+        if self.prefer_sparse and self.sparse is not None:  # over the samples only
             return self.sparse @ x
         out = np.empty((self.n,) + x.shape[1:])
         if self.by_point.any():
@@ -311,7 +314,7 @@ class _Design:
     def rmatvec(self, v):
         """D^T v: v of shape (N,) or (N, k) gives (M,) or (M, k)."""
         v = np.asarray(v, dtype=np.float64)
-        if self.sparse is not None:
+        if self.prefer_sparse and self.sparse is not None:
             return self.sparse_rows_t @ v
         op = self.dictionary.rmatvec if v.ndim == 1 else self.dictionary.rmatmat
         out = op(self._scatter(v))
@@ -379,8 +382,8 @@ class _Design:
         return out
 
 
-def _design(state):
-    return _Design(state.dictionary, state.rows, state.extra_rows)
+def _design(state, prefer_sparse=False):
+    return _Design(state.dictionary, state.rows, state.extra_rows, prefer_sparse)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -428,9 +431,9 @@ def _gains(alpha, S, Q):
 class _Work:
     """Mutable buffers for a run of moves; ``state()`` hands out an immutable copy."""
 
-    def __init__(self, st: SBLState):
+    def __init__(self, st: SBLState, keep_gram=True):
         self.st = st
-        self.design = _design(st)
+        self.design = _design(st, prefer_sparse=True)
         self.beta = 1.0 / st.noise_var
         self.active = list(int(m) for m in st.active)
         self.pos = {m: k for k, m in enumerate(self.active)}
@@ -445,11 +448,17 @@ class _Work:
         self._mbuf[:K] = st.mu
         self._abuf = np.zeros(cap, dtype=np.int64)  # the active functions as an array (``a``)
         self._abuf[:K] = self.active
-        # D_a^T D_a, for the noise re-estimate and the exact refreshes
-        self._Gbuf = np.zeros((cap, cap))
-        a = self.a
-        for k, m in enumerate(self.active):
-            self._Gbuf[:K, k] = self.design.rmatvec(self._column(m))[a]
+        # D_a^T D_a, for the noise re-estimate and the exact refreshes; without ``keep_gram`` (a fit
+        # at fixed noise on a sparse dictionary, where the refreshes take it from D^T D) not held
+        self._Gbuf = None
+        if keep_gram or self.design.sparse_gram is None:
+            self._Gbuf = np.zeros((cap, cap))
+            a = self.a
+            if self.design.sparse_gram is not None:
+                self._Gbuf[:K, :K] = self.design.sparse_gram[a][:, a].toarray()
+            else:
+                for k, m in enumerate(self.active):
+                    self._Gbuf[:K, k] = self.design.rmatvec(self._column(m))[a]
         self._label = self._components()
         self.S = st.S.copy()
         self.Q = st.Q.copy()
@@ -477,18 +486,37 @@ class _Work:
 
     @property
     def gram(self):
+        """D_a^T D_a: a view of the buffer, or sparse (CSR) from D^T D where none is held."""
         K = len(self.active)
+        if self._Gbuf is None:
+            return self.design.sparse_gram[self.a][:, self.a].tocsr()
         return self._Gbuf[:K, :K]
+
+    @staticmethod
+    def _gram_blocks(G, idx):
+        """The blocks G[idx_b, idx_b] (n, k, k) of the dense or sparse Gram matrix ``G``."""
+        if isinstance(G, np.ndarray):
+            return G[idx[:, :, None], idx[:, None, :]]
+        shape = idx.shape + idx.shape[1:]
+        r = np.broadcast_to(idx[:, :, None], shape).ravel()
+        c = np.broadcast_to(idx[:, None, :], shape).ravel()
+        return np.asarray(G[r, c]).reshape(shape)
 
     def _grow(self, K):
         cap = max(int(1.25 * self._Sbuf.shape[0]) + 64, K)  # modest spare room: Sigma is the largest array
-        S, G, m, a = np.zeros((cap, cap)), np.zeros((cap, cap)), np.zeros(cap), np.zeros(cap, dtype=np.int64)
         k = len(self.active)
+        # one buffer at a time, so that the peak holds one old K x K buffer beside the new ones
+        S = np.zeros((cap, cap))
         S[:k, :k] = self._Sbuf[:k, :k]
-        G[:k, :k] = self._Gbuf[:k, :k]
+        self._Sbuf = S
+        if self._Gbuf is not None:
+            G = np.zeros((cap, cap))
+            G[:k, :k] = self._Gbuf[:k, :k]
+            self._Gbuf = G
+        m, a = np.zeros(cap), np.zeros(cap, dtype=np.int64)
         m[:k] = self._mbuf[:k]
         a[:k] = self._abuf[:k]
-        self._Sbuf, self._Gbuf, self._mbuf, self._abuf = S, G, m, a
+        self._mbuf, self._abuf = m, a
 
     @staticmethod
     def _rank_one(A, coef, x, chunk=256):
@@ -543,8 +571,9 @@ class _Work:
         self.pos[int(i)] = K
         self.alpha[i] = alpha_i
         a = self.a  # the new function is last
-        self._Gbuf[K, :K + 1] = g[a]
-        self._Gbuf[:K + 1, K] = g[a]
+        if self._Gbuf is not None:
+            self._Gbuf[K, :K + 1] = g[a]
+            self._Gbuf[:K + 1, K] = g[a]
         # the new function joins (and merges) the components of the functions it shares samples with
         touched = np.unique(self._label[np.flatnonzero(g[a[:K]])])
         if len(touched) == 0:
@@ -591,9 +620,10 @@ class _Work:
             self.active[j] = self.active[last]
             self._abuf[j] = self._abuf[last]
             self.pos[self.active[j]] = j
-            self._Gbuf[j, :last + 1] = self._Gbuf[last, :last + 1]
-            self._Gbuf[:last + 1, j] = self._Gbuf[:last + 1, last]
-            self._Gbuf[j, j] = self._Gbuf[last, last]
+            if self._Gbuf is not None:
+                self._Gbuf[j, :last + 1] = self._Gbuf[last, :last + 1]
+                self._Gbuf[:last + 1, j] = self._Gbuf[:last + 1, last]
+                self._Gbuf[j, j] = self._Gbuf[last, last]
             self._label[j] = self._label[last]
         self._label = self._label[:last]
         self.active.pop()
@@ -605,7 +635,7 @@ class _Work:
         """A label per active function: the connected components of D_a^T D_a != 0 (O(K^2))."""
         K = len(self.active)
         self._next_label = K  # labels given to new components from here on
-        r, c = np.nonzero(self.gram)
+        r, c = self.gram.nonzero()  # dense or sparse; stored zeros do not count
         return scipy.sparse.csgraph.connected_components(
             scipy.sparse.coo_matrix((np.ones(len(r)), (r, c)), shape=(K, K)), directed=False)[1]
 
@@ -656,7 +686,7 @@ class _Work:
         for idx in blocks:
             if idx.shape[1] == 1:
                 i = idx[:, 0]
-                h = beta[:, None] * G[i, i][None] + alpha[i][None]  # (c, n_1)
+                h = beta[:, None] * self._gram_blocks(G, idx)[:, 0, 0][None] + alpha[i][None]  # (c, n_1)
                 mu[:, i] = beta[:, None] * z[i][None] / h
                 logdet += np.sum(np.log(h), axis=1)
                 root = np.sqrt(h)
@@ -672,7 +702,7 @@ class _Work:
             Gb, al, zb = np.zeros((rows[-1], k, k)), np.ones((rows[-1], k)), np.zeros((rows[-1], k))
             for r, idx in zip(rows, small):
                 n, kb = idx.shape
-                Gb[r:r + n, :kb, :kb] = G[idx[:, :, None], idx[:, None, :]]
+                Gb[r:r + n, :kb, :kb] = self._gram_blocks(G, idx)
                 al[r:r + n, :kb] = alpha[idx]
                 zb[r:r + n, :kb] = z[idx]
             stacks.append((small, rows, Gb, al, zb))
@@ -680,7 +710,7 @@ class _Work:
             if isinstance(item, tuple):
                 small, rows, Gb, al, zb = item
             else:
-                Gb, al, zb = G[item[:, :, None], item[:, None, :]], alpha[item], z[item]  # (n_k, k, k) ...
+                Gb, al, zb = self._gram_blocks(G, item), alpha[item], z[item]  # (n_k, k, k) ...
             k = Gb.shape[1]
             H = beta[:, None, None, None] * Gb[None]  # (c, n_k, k, k)
             H[:, :, np.arange(k), np.arange(k)] += al[None]
@@ -941,7 +971,7 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
     if int(noise_every) < 1:
         raise ValueError(f"`noise_every` must be >= 1; got {noise_every!r}.")
     start = time.perf_counter()
-    work = _Work(state)
+    work = _Work(state, keep_gram=update_noise)
     if update_noise:
         work.sq_norms = work.design.sq_norms()
     bar = _bar(progress_bar, max_steps)
