@@ -400,28 +400,36 @@ def _small_factors(alpha, S, Q):
     return s, q
 
 
-def _gains(alpha, S, Q):
+def _gains(alpha, S, Q, active=None):
     """The exact change of L and the new alpha of the best move for every function.
 
     add (alpha_m = inf, q^2 > s):  dL = ((Q^2 - S) / S + ln(S / Q^2)) / 2
     re-estimate (finite -> finite): dL = (Q^2 / (S + 1 / (1/a_new - 1/a)) - ln(1 + S (1/a_new - 1/a))) / 2
     delete (finite, q^2 <= s):      dL = (Q^2 / (S - alpha) - ln(1 - S / alpha)) / 2
+
+    ``active``: the indices of the finite alpha, if known (the add formulas are evaluated for
+    every function and overwritten on these, s_m and q_m taken from ``_small_factors``).
     """
-    s, q = _small_factors(alpha, S, Q)
-    theta = q**2 - s
-    finite = np.isfinite(alpha)
-    useful = theta > 0
+    if active is None:
+        active = np.flatnonzero(np.isfinite(alpha))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        new = np.where(useful, s**2 / np.where(useful, theta, 1.0), np.inf)
-        gain = np.full(alpha.shape, -np.inf)
-        add = ~finite & useful
-        ratio = Q[add] ** 2 / S[add]
-        gain[add] = 0.5 * (ratio - 1.0 - np.log(ratio))
-        upd = finite & useful
-        d = 1.0 / new[upd] - 1.0 / alpha[upd]
-        gain[upd] = 0.5 * (Q[upd] ** 2 * d / (1.0 + S[upd] * d) - np.log1p(S[upd] * d))
-        dele = finite & ~useful
-        gain[dele] = 0.5 * (Q[dele] ** 2 / (S[dele] - alpha[dele]) - np.log1p(-S[dele] / alpha[dele]))
+        Q2 = Q * Q
+        theta = Q2 - S  # s = S, q = Q for the functions out of the model
+        useful = theta > 0
+        ratio = Q2 / S
+        gain = np.where(useful, 0.5 * (ratio - 1.0 - np.log(ratio)), -np.inf)
+        new = np.where(useful, S * S / np.where(useful, theta, 1.0), np.inf)
+        if len(active):
+            al, Sa, Qa = alpha[active], S[active], Q[active]
+            s, q = _small_factors(al, Sa, Qa)
+            th = q**2 - s
+            keep = th > 0
+            new_a = np.where(keep, s**2 / np.where(keep, th, 1.0), np.inf)
+            d = 1.0 / new_a - 1.0 / al
+            update = 0.5 * (Qa**2 * d / (1.0 + Sa * d) - np.log1p(Sa * d))
+            delete = 0.5 * (Qa**2 / (Sa - al) - np.log1p(-Sa / al))
+            gain[active] = np.where(keep, update, delete)
+            new[active] = new_a
     return gain, new
 
 
@@ -483,6 +491,16 @@ class _Work:
     def a(self):
         """The active functions, an int64 view (valid until the next move)."""
         return self._abuf[:len(self.active)]
+
+    @property
+    def _label(self):
+        """The component label of each active function (see ``_blocks``)."""
+        return self._labels
+
+    @_label.setter
+    def _label(self, value):
+        self._labels = value
+        self._blocks_cache = None  # every change of the labels assigns them anew
 
     @property
     def gram(self):
@@ -647,11 +665,13 @@ class _Work:
         or 16 functions; overlapping RBFs are one block). The labels follow the adds (a new
         function merges the components it touches); a delete leaves its component whole, which is
         still block-diagonal, until the next exact refresh recomputes them."""
-        order = np.argsort(self._label, kind="stable")
-        ordered = self._label[order]
-        starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
-        sizes = np.diff(np.append(starts, len(ordered)))
-        return [order[starts[sizes == k][:, None] + np.arange(k)] for k in np.unique(sizes)]
+        if self._blocks_cache is None:
+            order = np.argsort(self._label, kind="stable")
+            ordered = self._label[order]
+            starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+            sizes = np.diff(np.append(starts, len(ordered)))
+            self._blocks_cache = [order[starts[sizes == k][:, None] + np.arange(k)] for k in np.unique(sizes)]
+        return self._blocks_cache
 
     def _likelihood_at(self, noise_var, blocks=None):
         """L at one noise variance with alpha fixed, and the block Cholesky factors it comes from
@@ -763,6 +783,16 @@ class _Work:
             out.append((idx, Sb, Fb))
         return out
 
+    def _logdet_rounding(self, blocks):
+        """First-order bound on the rounding of log|H| computed from H = A + D_a^T D_a / sigma^2 in
+        float64: each entry of the second term is rounded by eps relative, which moves log|H| by
+        at most eps / sigma^2 sum_ij |Sigma_ij| |D_a^T D_a|_ij (Sigma = H^-1, block-diagonal over
+        ``blocks``). Large where sigma^2 is tiny and the Gram blocks are rank-deficient."""
+        G, total = self.gram, 0.0
+        for idx in blocks:
+            total += float(np.sum(np.abs(self._gram_blocks(self.Sigma, idx)) * np.abs(self._gram_blocks(G, idx))))
+        return np.finfo(np.float64).eps * self.beta * total
+
     def reestimate_noise(self, max_halvings=6):
         """sigma^2 = ||y - D_a mu||^2 / (N - K + sum_k alpha_k Sigma_kk) (Tipping & Faul 2003's
         re-estimate, the zero of dL/dsigma^2 given mu and Sigma), kept only where it does not lower
@@ -772,25 +802,44 @@ class _Work:
         also gives the reference L the candidates are compared with, by the same formula, so that
         rounding does not decide): where sigma^2 is tiny the residual is of the order of sigma^2,
         and the rank-one updated mu, accurate to a few digits of y, would make the proposal noise.
-        The candidates are factorised in one stacked call."""
+        The candidates are factorised in one stacked call. No candidate is tried where the
+        first-order gain of the proposal is below the rounding of L's evaluation
+        (``_logdet_rounding``)."""
         a = self.a
         N = self.design.n
         old = self.noise_var
         blocks = self._blocks()
-        ref, _, resid2 = self._likelihoods([old], blocks, residuals=True)
         dof = N - len(a) + float(np.sum(self.alpha[a] * np.diag(self.Sigma))) if len(a) else N
+        # the proposal from the rank-one updated mu is tried with the reference in one call; it is
+        # kept where it agrees with the exact one to 1e-9 of the step (almost always: they part
+        # only where sigma^2 is tiny)
+        resid = self.st.y - self.design.active_matvec(a, self.mu) if len(a) else self.st.y
+        guess = float(resid @ resid) / max(dof, 1e-12)
+        first = [old, guess] if np.isfinite(guess) and guess > 0 else [old]
+        L0, chol0, resid2 = self._likelihoods(first, blocks, residuals=True)
+        ref = L0[0]
         proposal = float(resid2[0]) / max(dof, 1e-12)
         if not np.isfinite(proposal) or proposal <= 0:
             return False
+        guessed = len(first) == 2 and abs(guess - proposal) <= 1e-9 * abs(proposal - old)
+        if guessed:
+            proposal = guess
         # dL/dsigma^2 = beta^2 dof (proposal - sigma^2) / 2: the proposal always points uphill; skip
-        # it where even the first-order gain is at rounding level
-        if 0.5 * dof * ((proposal - old) / old) ** 2 <= 1e-13 * max(1.0, abs(self.L)):
+        # it where even the first-order gain is at rounding level, or below what L evaluated at
+        # neighbouring values can resolve (no comparison could then accept it but by rounding)
+        gain = 0.5 * dof * ((proposal - old) / old) ** 2
+        if gain <= 1e-13 * max(1.0, abs(self.L)) or gain <= self._logdet_rounding(blocks):
             return False
         values = old + 0.5 ** np.arange(max_halvings) * (proposal - old)
-        L, chol = self._likelihoods(values, blocks)
+        if guessed and L0[1] >= ref:
+            L, chol = L0[1:], chol0[1:]
+        else:
+            L, chol = self._likelihoods(values[1:] if guessed else values, blocks)
+            if guessed:
+                values = values[1:]
         for value, L_value, chol_value in zip(values, L, chol):
-            if L_value >= ref[0]:
-                self._set_noise(float(value), self._posterior_from(chol_value), self.L + (L_value - ref[0]))
+            if L_value >= ref:
+                self._set_noise(float(value), self._posterior_from(chol_value), self.L + (L_value - ref))
                 return True
         return False
 
@@ -1025,7 +1074,7 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
             if stalls >= 3:
                 converged, stop_reason = True, "rounding"
                 break
-        gain, new = _gains(work.alpha, work.S, work.Q)
+        gain, new = _gains(work.alpha, work.S, work.Q, work.a)
         m = int(np.argmax(gain))
         best = float(gain[m])
         if not (best > tol * max(1.0, abs(work.L))):
@@ -1035,7 +1084,7 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
                 # no move gains by the updated statistics: make sure by exact ones
                 refresh(step - last_refresh)
                 last_refresh = step
-                gain, _ = _gains(work.alpha, work.S, work.Q)
+                gain, _ = _gains(work.alpha, work.S, work.Q, work.a)
                 if np.max(gain) > tol * max(1.0, abs(work.L)) and stalls < 3:
                     continue
             converged, stop_reason = True, "rounding" if stalls >= 3 else "tolerance"
