@@ -147,7 +147,10 @@ class SBLState:
     active: np.ndarray
     alpha: np.ndarray
     mu: np.ndarray
-    Sigma: np.ndarray
+    # Sigma is held as a matrix and the rank-one corrections (coef, x) of the samples added since
+    # (Sigma = _sigma + sum coef x x^T), formed on first use: add_sample then costs O(K) per
+    # pending correction instead of a K x K copy
+    _sigma: np.ndarray
     S: np.ndarray
     Q: np.ndarray
     log_marginal_likelihood: float
@@ -161,6 +164,35 @@ class SBLState:
     # cached statistics: D^T y and the sum of y^2
     Dty: Optional[np.ndarray] = None
     yty: float = 0.0
+    _sigma_updates: tuple = ()
+
+    _MAX_PENDING = 64  # corrections held before add_sample forms Sigma
+
+    @property
+    def Sigma(self):
+        """(K, K): the posterior covariance of the active coefficients."""
+        if self._sigma_updates:
+            out = np.array(self._sigma)  # the earlier states share _sigma: never modify it
+            self._sigma_into(out)
+            self._sigma, self._sigma_updates = out, ()
+        return self._sigma
+
+    def _sigma_into(self, out):
+        """Write Sigma into ``out`` (K, K), applying the pending corrections."""
+        if out is not self._sigma:
+            out[...] = self._sigma
+        for coef, x in self._sigma_updates:
+            _Work._rank_one(out, coef, x)
+
+    def _sigma_matvec(self, v, nz=None):
+        """Sigma v without forming Sigma (``nz``: the nonzeros of v, if few)."""
+        if nz is None:
+            out = self._sigma @ v
+        else:
+            out = self._sigma[:, nz] @ v[nz]
+        for coef, x in self._sigma_updates:
+            out = out + coef * x * float(x @ v)
+        return out
 
     # the shared result interface (``compare``, ``check_guide``) ------------------------------
     @property
@@ -451,7 +483,7 @@ class _Work:
         # Sigma and mu live in buffers with spare capacity, updated in place (a K x K temporary
         # per move would dominate the cost once K is in the thousands)
         self._Sbuf = np.zeros((cap, cap))
-        self._Sbuf[:K, :K] = st.Sigma
+        st._sigma_into(self._Sbuf[:K, :K])
         self._mbuf = np.zeros(cap)
         self._mbuf[:K] = st.mu
         self._abuf = np.zeros(cap, dtype=np.int64)  # the active functions as an array (``a``)
@@ -907,7 +939,8 @@ class _Work:
         a = self.a.copy()
         st = dataclasses.replace(
             self.st, noise_var=float(self.noise_var), active=a, alpha=self.alpha.copy(), mu=self.mu.copy(),
-            Sigma=self.Sigma.copy(), S=self.S.copy(), Q=self.Q.copy(), log_marginal_likelihood=float(self.L),
+            _sigma=self.Sigma.copy(), _sigma_updates=(), S=self.S.copy(), Q=self.Q.copy(),
+            log_marginal_likelihood=float(self.L),
             trace=list(self.trace), moves=list(self.moves), converged=bool(converged), seconds=float(seconds),
             trace_seconds=list(self.trace_seconds), refresh_drift=list(self.drift), stop_reason=stop_reason)
         if exact:
@@ -947,7 +980,7 @@ def _initial_state(D, y, rows, noise_var):
     L = -0.5 * (N * LOG_2PI + N * math.log(noise_var) + beta * yty)
     M = D.shape[1]
     return SBLState(dictionary=D, rows=rows, y=y, extra_rows=np.zeros((0, M)), noise_var=float(noise_var),
-                    active=np.zeros(0, np.int64), alpha=np.full(M, np.inf), mu=np.zeros(0), Sigma=np.zeros((0, 0)),
+                    active=np.zeros(0, np.int64), alpha=np.full(M, np.inf), mu=np.zeros(0), _sigma=np.zeros((0, 0)),
                     S=beta * norms, Q=beta * Dty, log_marginal_likelihood=L, trace=[L], moves=[], Dty=Dty, yty=yty)
 
 
@@ -1006,16 +1039,18 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
     and before declaring convergence; ``None``: never (pure rank-one updates).
 
     Stopping: when the largest gain is at most ``tol * max(1, |L|)`` ("tolerance"), or when the
-    gains are rounding ("rounding"): at three exact refreshes in a row, L recomputed from scratch
-    lies less than ``tol * max(1, |L|)`` per move made since the previous refresh above the
-    highest L of the earlier refreshes (where sigma^2 is tiny the evaluation from scratch carries
-    rounding of its own, so that a comparison with the previous refresh alone passes on noise),
-    although each move claimed more, and the claimed gains were tiny themselves (below
-    ``max(1e3 tol, 1e-10) * max(1, |L|)`` per move, the precision float64 and the rank-one updates
-    leave; larger claims that the exact L does not bear out are statistics that drifted on an
-    ill-conditioned dictionary, which the refreshes correct, so the fit goes on). This happens where sigma^2 is tiny (the noise re-estimated towards 0 on a
-    dictionary that can interpolate the data: L's terms grow as 1 / sigma^2) or the dictionary is
-    ill-conditioned; there the tolerance alone would let the fit trade rounding errors for ever.
+    gains are rounding ("rounding"): L recomputed from scratch at an exact refresh makes no
+    progress when it lies less than ``tol * max(1, |L|)`` per move made since the previous refresh
+    above the highest L of the earlier refreshes (where sigma^2 is tiny the evaluation from
+    scratch carries rounding of its own, so that a comparison with the previous refresh alone
+    passes on noise), although the moves claimed more. The fit stops after three such refreshes in
+    a row where the claimed gains were tiny themselves (below ``max(1e3 tol, 1e-10) * max(1, |L|)``
+    per move, the precision float64 and the rank-one updates leave), or after eight in a row
+    whatever the claims (statistics that drift on an ill-conditioned dictionary faster than the
+    refreshes correct them; where the refreshes do correct them, the exact L rises and the fit goes
+    on). This happens where sigma^2 is tiny (the noise re-estimated towards 0 on a dictionary that
+    can interpolate the data: L's terms grow as 1 / sigma^2) or the dictionary is ill-conditioned;
+    there the tolerance alone would let the fit trade rounding errors for ever.
     """
     if int(noise_every) < 1:
         raise ValueError(f"`noise_every` must be >= 1; got {noise_every!r}.")
@@ -1050,19 +1085,24 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
     # the first refresh comes early (16 moves) and the interval doubles while the updates do not drift, so
     # that an ill-conditioned dictionary is caught before hundreds of moves on drifted statistics
     last_refresh, interval, drifting = 0, min(16, refresh_every or 16), False
-    exact_L, best_L, stalls = None, None, 0  # L at the last exact refresh, the highest; intervals in a row whose moves gained only rounding
+    # L at the last exact refresh, the highest; refresh intervals in a row without exact progress, and
+    # those of them whose moves claimed only rounding
+    exact_L, best_L, stalls, quiet = None, None, 0, 0
+
+    def stuck():
+        return quiet >= 3 or stalls >= 8
 
     def refresh(moves):
         # shorter intervals while the rank-one updates drift, longer (up to refresh_every) once not
-        nonlocal interval, drifting, exact_L, best_L, stalls
+        nonlocal interval, drifting, exact_L, best_L, stalls, quiet
         claimed = work.L  # accumulated from the moves' gains
         work.refresh()
         drifting = abs(work.drift[-1][1]) > 1e-9 * max(1.0, abs(work.L))
         interval = max(16, interval // 4) if drifting else min(int(refresh_every), 2 * interval)
         scale = moves * max(1.0, abs(work.L))
-        stalled = (exact_L is not None and moves > 0 and work.L - best_L < tol * scale
-                   and claimed - exact_L < rounding * scale)
+        stalled = exact_L is not None and moves > 0 and work.L - best_L < tol * scale
         stalls = stalls + 1 if stalled else 0
+        quiet = quiet + 1 if stalled and claimed - exact_L < rounding * scale else 0
         exact_L = work.L
         best_L = work.L if best_L is None else max(best_L, work.L)
 
@@ -1071,7 +1111,7 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
                                                                  max(interval, len(work.active))):
             refresh(step - last_refresh)
             last_refresh = step
-            if stalls >= 3:
+            if stuck():
                 converged, stop_reason = True, "rounding"
                 break
         gain, new = _gains(work.alpha, work.S, work.Q, work.a)
@@ -1085,9 +1125,9 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
                 refresh(step - last_refresh)
                 last_refresh = step
                 gain, _ = _gains(work.alpha, work.S, work.Q, work.a)
-                if np.max(gain) > tol * max(1.0, abs(work.L)) and stalls < 3:
+                if np.max(gain) > tol * max(1.0, abs(work.L)) and not stuck():
                     continue
-            converged, stop_reason = True, "rounding" if stalls >= 3 else "tolerance"
+            converged, stop_reason = True, "rounding" if stuck() else "tolerance"
             break
         if not np.isfinite(work.alpha[m]):
             work.add(m, new[m])
@@ -1178,7 +1218,8 @@ def add_sample(state: SBLState, d_row, y_new):
     a = state.active
     beta = 1.0 / state.noise_var
     da = row[a]
-    Sd = state.Sigma @ da
+    nz = np.flatnonzero(da)
+    Sd = state._sigma_matvec(da, nz if 2 * len(nz) < len(da) else None)
     m_star = float(da @ state.mu)
     var_star = state.noise_var + float(da @ Sd)
     delta_L = -0.5 * (LOG_2PI + math.log(var_star) + (y_new - m_star) ** 2 / var_star)
@@ -1188,15 +1229,20 @@ def add_sample(state: SBLState, d_row, y_new):
     err = proj - row
     S = state.S + err**2 / var_star
     Q = state.Q + err * (m_star - y_new) / var_star
-    Sigma = state.Sigma.copy()  # the new state's own copy, updated in place (no K x K temporary)
-    _Work._rank_one(Sigma, -1.0 / var_star, Sd)
+    updates = state._sigma_updates + ((-1.0 / var_star, Sd),)  # Sigma -= Sd Sd^T / sigma*^2
+    sigma = state._sigma
+    if len(updates) > SBLState._MAX_PENDING:
+        sigma = np.array(state._sigma)
+        for coef, x in updates:
+            _Work._rank_one(sigma, coef, x)
+        updates = ()
     mu = state.mu - (m_star - y_new) / var_star * Sd
     new = dataclasses.replace(
         state,
         rows=np.append(state.rows, p if by_point else -1),
         y=np.append(state.y, y_new),
         extra_rows=state.extra_rows if by_point else np.vstack([state.extra_rows, row]),
-        mu=mu, Sigma=Sigma, S=S, Q=Q,
+        mu=mu, _sigma=sigma, _sigma_updates=updates, S=S, Q=Q,
         log_marginal_likelihood=state.log_marginal_likelihood + delta_L,
         trace=state.trace + [state.log_marginal_likelihood + delta_L],
         moves=state.moves + [("sample", p if by_point else -1)],
