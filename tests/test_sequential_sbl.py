@@ -141,6 +141,29 @@ def test_add_sample_then_resume_equals_refit(by_point):
     assert cont.log_marginal_likelihood == pytest.approx(direct_L(D, y, cont.alpha, 0.1)[0], rel=1e-9)
 
 
+def test_many_add_samples_without_reading_sigma():
+    """add_sample holds its rank-one corrections of Sigma until Sigma is read (or more than
+    ``_MAX_PENDING`` pile up): each state's Sigma, read late, is still its own posterior, and the
+    states that share the matrix do not disturb each other."""
+    D, y, rng = problem(6, N=130)
+    st = ss.fit(D[:50], y[:50], noise_var=0.1)
+    states = [st]
+    for n in range(50, 130):  # 80 samples: past _MAX_PENDING, so the corrections are applied once
+        st, _ = ss.add_sample(st, D[n], y[n])
+        states.append(st)
+    assert ss.SBLState._MAX_PENDING < 80
+    for n in (130, 90, 51, 50):  # the last state first, then earlier ones that share its matrix
+        state = states[n - 50]
+        a, Sigma, mu = direct_posterior(D[:n], y[:n], state.alpha, 0.1)
+        order = np.argsort(state.active)
+        np.testing.assert_allclose(state.Sigma[np.ix_(order, order)], Sigma, rtol=1e-8, atol=1e-12)
+        np.testing.assert_allclose(state.mu[order], mu, rtol=1e-8, atol=1e-10)
+        m_star, v_star = ss.predict(state, D[:5])
+        np.testing.assert_allclose(v_star, 0.1 + np.einsum("ij,jk,ik->i", D[:5, a], Sigma, D[:5, a]), rtol=1e-8)
+    cont = ss.resume(states[-1])  # the fit goes on from the held corrections
+    assert cont.log_marginal_likelihood == pytest.approx(direct_L(D, y, cont.alpha, 0.1)[0], rel=1e-9)
+
+
 def test_add_basis_statistics():
     D, y, rng = problem(5)
     st = ss.fit(D[:, :20], y, noise_var=0.1)
