@@ -136,7 +136,9 @@ class SBLState:
     converged : bool
     stop_reason : str
         "tolerance" (the largest gain is at most tol * max(1, |L|)), "rounding" (it is below the
-        rounding level of the updated statistics, see :func:`resume`) or "max_steps".
+        rounding level of the updated statistics, see :func:`resume`), "max_steps", or
+        "ill-conditioned" (not converged: the exact statistics of some function are NaN, an
+        active function nearly collinear with others on an ill-conditioned dictionary).
     """
 
     dictionary: Any
@@ -1056,8 +1058,6 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
         raise ValueError(f"`noise_every` must be >= 1; got {noise_every!r}.")
     start = time.perf_counter()
     work = _Work(state, keep_gram=update_noise)
-    if update_noise:
-        work.sq_norms = work.design.sq_norms()
     bar = _bar(progress_bar, max_steps)
     converged, stop_reason = False, "max_steps"
 
@@ -1106,15 +1106,36 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
         exact_L = work.L
         best_L = work.L if best_L is None else max(best_L, work.L)
 
+    if work.sq_norms is None:
+        work.sq_norms = work.design.sq_norms()
+
+    def corrupted():
+        # S_m = d_m^T C^-1 d_m lies in [0, ||d_m||^2 / sigma^2] (C >= sigma^2 I); outside it (or not
+        # finite) the updated statistics have drifted beyond use
+        cap = work.beta * work.sq_norms
+        S = work.S
+        return not (np.all(np.isfinite(S)) and np.all(np.isfinite(work.Q))
+                    and np.all(S >= -1e-9 * cap) and np.all(S <= (1.0 + 1e-9) * cap))
+
     for step in range(int(max_steps)):
-        if refresh_every is not None and step - last_refresh >= (interval if drifting else
-                                                                 max(interval, len(work.active))):
+        if refresh_every is not None and step > last_refresh and (
+                step - last_refresh >= (interval if drifting else max(interval, len(work.active))) or corrupted()):
             refresh(step - last_refresh)
             last_refresh = step
             if stuck():
                 converged, stop_reason = True, "rounding"
                 break
         gain, new = _gains(work.alpha, work.S, work.Q, work.a)
+        if np.isnan(gain).any():
+            # a function's statistics are at rounding level (an active function nearly collinear
+            # with others, alpha -> 0): refresh them; if exact ones are too, the fit cannot go on
+            if refresh_every is not None and step > last_refresh:
+                refresh(step - last_refresh)
+                last_refresh = step
+                gain, new = _gains(work.alpha, work.S, work.Q, work.a)
+            if np.isnan(gain).any():
+                stop_reason = "ill-conditioned"
+                break
         m = int(np.argmax(gain))
         best = float(gain[m])
         if not (best > tol * max(1.0, abs(work.L))):
@@ -1150,7 +1171,7 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
     if bar is not None:
         bar.close()
     return work.state(converged=converged, seconds=time.perf_counter() - start,
-                      stop_reason=stop_reason if converged else "max_steps")
+                      stop_reason=stop_reason if converged or stop_reason == "ill-conditioned" else "max_steps")
 
 
 def _bar(progress_bar, total):
