@@ -277,7 +277,7 @@ def _core_bwd(k_grad, res, ct):
     W2 = jnp.square(jnp.where(strict_upper, Binv, 0.0))
     h = g / lam
     var = (1.0 - jnp.diagonal(Binv)) / lam
-    SSg = (jnp.sum(W2 * h[None, :], axis=1) + jnp.sum(W2 * h[:, None], axis=0)) / lam + var * var * g
+    SSg = (W2 @ h + h @ W2) / lam + var * var * g
     d_lam = -SSg + c * var
     if not k_grad:
         return jnp.zeros_like(K), d_lam

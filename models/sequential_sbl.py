@@ -54,6 +54,7 @@ from ppl_sbl.validation import check_positive
 
 LOG_2PI = math.log(2.0 * math.pi)
 _REFRESH_BLOCK = 256  # columns of D^T D_a F^T formed at a time by an exact refresh
+ALIGN_TOL = 0.0  # default of ``align_tol`` (see :func:`resume`): no function is kept out
 
 __all__ = [
     "model",
@@ -133,6 +134,10 @@ class SBLState:
         At each exact refresh (see :func:`resume`): the move count and how far the L accumulated
         from the moves' gains had drifted from L recomputed from scratch (rounding of the rank-one
         updates; large only for ill-conditioned dictionaries).
+    rollbacks : list of (int, float)
+        Each time an exact refresh found L below the best exact L of the fit by more than the
+        rounding of the two evaluations (moves chosen on drifted statistics): the move count and by
+        how much; those moves were undone (see :func:`resume`).
     converged : bool
     stop_reason : str
         "tolerance" (the largest gain is at most tol * max(1, |L|)), "rounding" (it is below the
@@ -162,6 +167,7 @@ class SBLState:
     stop_reason: str = ""
     trace_seconds: list = dataclasses.field(default_factory=list)
     refresh_drift: list = dataclasses.field(default_factory=list)
+    rollbacks: list = dataclasses.field(default_factory=list)
     seconds: float = 0.0
     # cached statistics: D^T y and the sum of y^2
     Dty: Optional[np.ndarray] = None
@@ -423,26 +429,48 @@ def _design(state, prefer_sparse=False):
 # ----------------------------------------------------------------------------------------------
 # The gains of the three moves (Tipping & Faul 2003)
 # ----------------------------------------------------------------------------------------------
-def _small_factors(alpha, S, Q):
-    """s_m, q_m: S and Q with function m's own contribution taken out, s_m = alpha_m S_m /
-    (alpha_m - S_m), q_m = alpha_m Q_m / (alpha_m - S_m) for active m (Tipping & Faul 2003)."""
+def _small_factors(alpha, S, Q, sigma_diag=None, mu=None):
+    """s_m, q_m: S and Q with function m's own contribution taken out (Tipping & Faul 2003).
+
+    Out of the model s = S, q = Q. For an active function two forms are equal: s_m = alpha_m S_m /
+    (alpha_m - S_m), q_m = alpha_m Q_m / (alpha_m - S_m), and, from the posterior of c_m given the
+    others (precision alpha_m + s_m, mean q_m / (alpha_m + s_m)), s_m = 1 / Sigma_mm - alpha_m,
+    q_m = mu_m / Sigma_mm (``sigma_diag`` and ``mu`` in the order of the active entries). The first
+    subtracts alpha_m - S_m = alpha_m^2 / (alpha_m + s_m), which falls below the rounding of S_m
+    where alpha_m << s_m (a function whose coefficient the data determine, alpha_m -> 0 on
+    overlapping dictionaries: S_m computed by updates can then be zero or negative); the second
+    subtracts alpha_m from alpha_m + s_m, accurate there. Given ``sigma_diag``, each active function
+    takes the form without cancellation: the posterior one where alpha_m Sigma_mm = alpha_m /
+    (alpha_m + s_m) < 1/2 (decided by alpha and Sigma, not by S, which may be rounding there).
+    """
     finite = np.isfinite(alpha)
     a = np.where(finite, alpha, 1.0)
-    denom = np.where(finite, a - S, 1.0)
-    s = np.where(finite, a * S / denom, S)
-    q = np.where(finite, a * Q / denom, Q)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        denom = np.where(finite, a - S, 1.0)
+        s = np.where(finite, a * S / denom, S)
+        q = np.where(finite, a * Q / denom, Q)
+        if sigma_diag is not None:
+            sd = np.where(finite, sigma_diag, 1.0)
+            posterior = finite & (2.0 * a * sd < 1.0)
+            s = np.where(posterior, 1.0 / sd - a, s)
+            q = np.where(posterior, mu / sd, q)
     return s, q
 
 
-def _gains(alpha, S, Q, active=None):
+def _gains(alpha, S, Q, active=None, sigma_diag=None, mu=None):
     """The exact change of L and the new alpha of the best move for every function.
 
-    add (alpha_m = inf, q^2 > s):  dL = ((Q^2 - S) / S + ln(S / Q^2)) / 2
-    re-estimate (finite -> finite): dL = (Q^2 / (S + 1 / (1/a_new - 1/a)) - ln(1 + S (1/a_new - 1/a))) / 2
-    delete (finite, q^2 <= s):      dL = (Q^2 / (S - alpha) - ln(1 - S / alpha)) / 2
+    With l(alpha) = (ln alpha - ln(alpha + s) + q^2 / (alpha + s)) / 2, function m's part of L
+    given the others (Tipping & Faul 2003, eq. (11)), and s_m, q_m from ``_small_factors``
+    (``sigma_diag``, ``mu``: the posterior's, in the order of ``active``):
 
-    ``active``: the indices of the finite alpha, if known (the add formulas are evaluated for
-    every function and overwritten on these, s_m and q_m taken from ``_small_factors``).
+    add (alpha_m = inf, q^2 > s):  dL = ((Q^2 - S) / S + ln(S / Q^2)) / 2
+    re-estimate (finite -> a):     dL = l(a) - l(alpha_m), a = s^2 / (q^2 - s)
+    delete (finite, q^2 <= s):     dL = -l(alpha_m)
+
+    the last two written without the cancellation of ln(a / alpha_m) against ln((a + s) / (alpha_m
+    + s)). ``active``: the indices of the finite alpha, if known (the add formulas are evaluated
+    for every function and overwritten on these).
     """
     if active is None:
         active = np.flatnonzero(np.isfinite(alpha))
@@ -454,14 +482,15 @@ def _gains(alpha, S, Q, active=None):
         gain = np.where(useful, 0.5 * (ratio - 1.0 - np.log(ratio)), -np.inf)
         new = np.where(useful, S * S / np.where(useful, theta, 1.0), np.inf)
         if len(active):
-            al, Sa, Qa = alpha[active], S[active], Q[active]
-            s, q = _small_factors(al, Sa, Qa)
+            al = alpha[active]
+            s, q = _small_factors(al, S[active], Q[active], sigma_diag, mu)
             th = q**2 - s
             keep = th > 0
             new_a = np.where(keep, s**2 / np.where(keep, th, 1.0), np.inf)
-            d = 1.0 / new_a - 1.0 / al
-            update = 0.5 * (Qa**2 * d / (1.0 + Sa * d) - np.log1p(Sa * d))
-            delete = 0.5 * (Qa**2 / (Sa - al) - np.log1p(-Sa / al))
+            step = new_a - al
+            # l(a) - l(alpha) = (ln(1 + step / alpha) - ln(1 + step / (alpha + s)) - q^2 step / ((a + s)(alpha + s))) / 2
+            update = 0.5 * (np.log1p(step / al) - np.log1p(step / (al + s)) - q**2 * step / ((new_a + s) * (al + s)))
+            delete = 0.5 * (np.log1p(s / al) - q**2 / (al + s))  # -l(alpha)
             gain[active] = np.where(keep, update, delete)
             new[active] = new_a
     return gain, new
@@ -509,6 +538,7 @@ class _Work:
         self.moves = list(st.moves)
         self.trace_seconds = []
         self.drift = list(st.refresh_drift)
+        self.rollbacks = list(st.rollbacks)
         self.noise_var = st.noise_var
         self.sq_norms = None
 
@@ -583,6 +613,27 @@ class _Work:
 
     def _column(self, m):
         return self.design.columns([m])[:, 0]
+
+    align_tol = 0.0
+
+    def aligned(self):
+        """The functions out of the model whose part outside the model's span is below
+        ``align_tol``: S_m sigma^2 / ||d_m||^2 < align_tol (1 for a function orthogonal to the
+        active ones, -> 0 as it approaches their span; the rank-one updates carry it to an absolute
+        accuracy of a small multiple of eps ||d_m||^2 / sigma^2, less on ill-conditioned
+        dictionaries)."""
+        if self.sq_norms is None:
+            self.sq_norms = self.design.sq_norms()
+        out = ~np.isfinite(self.alpha)
+        return out & (self.S < self.align_tol * self.beta * self.sq_norms)
+
+    def gains(self):
+        """``_gains`` of every function, the active ones' small factors from Sigma and mu; no add
+        of an ``aligned`` function (its gain -inf)."""
+        gain, new = _gains(self.alpha, self.S, self.Q, self.a, np.diag(self.Sigma), self.mu)
+        if self.align_tol > 0:
+            gain[self.aligned()] = -np.inf
+        return gain, new
 
     def _u(self, z):
         """beta D^T D_a z (M,): the change of the statistics along the coefficient direction z."""
@@ -944,7 +995,8 @@ class _Work:
             _sigma=self.Sigma.copy(), _sigma_updates=(), S=self.S.copy(), Q=self.Q.copy(),
             log_marginal_likelihood=float(self.L),
             trace=list(self.trace), moves=list(self.moves), converged=bool(converged), seconds=float(seconds),
-            trace_seconds=list(self.trace_seconds), refresh_drift=list(self.drift), stop_reason=stop_reason)
+            trace_seconds=list(self.trace_seconds), refresh_drift=list(self.drift), stop_reason=stop_reason,
+            rollbacks=list(self.rollbacks))
         if exact:
             st.log_marginal_likelihood = self._likelihood_at(self.noise_var)[0]
         return st
@@ -987,7 +1039,7 @@ def _initial_state(D, y, rows, noise_var):
 
 
 def fit(D, y, *, noise_var, update_noise=False, noise_every=1, tol=1e-13, max_steps=100000, rows=None,
-        refresh_every=500, progress_bar=None):
+        refresh_every=500, align_tol=ALIGN_TOL, progress_bar=None):
     """Fast marginal likelihood maximisation (Tipping & Faul 2003), a deterministic path.
 
     Parameters
@@ -1011,6 +1063,7 @@ def fit(D, y, *, noise_var, update_noise=False, noise_every=1, tol=1e-13, max_st
         statistics, see ``refresh_every`` of :func:`resume`).
     rows : (N,) int, optional
         The points of ``D`` at which y was sampled (default: row n of D for sample n).
+    refresh_every, align_tol : see :func:`resume`.
 
     Returns
     -------
@@ -1024,11 +1077,11 @@ def fit(D, y, *, noise_var, update_noise=False, noise_every=1, tol=1e-13, max_st
     y, rows = _check_samples(D, y, rows)
     state = _initial_state(D, y, rows, float(noise_var))
     return resume(state, update_noise=update_noise, noise_every=noise_every, tol=tol, max_steps=max_steps,
-                  refresh_every=refresh_every, progress_bar=progress_bar)
+                  refresh_every=refresh_every, align_tol=align_tol, progress_bar=progress_bar)
 
 
 def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max_steps=100000, refresh_every=500,
-           progress_bar=None):
+           align_tol=ALIGN_TOL, progress_bar=None):
     """Go on maximising L from ``state`` (after :func:`add_sample` or :func:`add_basis`).
 
     ``noise_every``: with ``update_noise``, re-estimate sigma^2 after every ``noise_every``-th
@@ -1039,6 +1092,21 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
     ``refresh_every``: recompute Sigma, mu, S, Q and L exactly from the K x K Gram matrix of the
     active functions after this many moves (at least K, so the O(K^3) refresh never dominates)
     and before declaring convergence; ``None``: never (pure rank-one updates).
+
+    Ill-conditioned dictionaries (overlapping RBFs): the active functions' small factors come from
+    Sigma and mu where S and Q cannot give them (see ``_small_factors``), and the rank-one updates
+    drift (by hundreds of nats between refreshes on the image experiment's RBFs), so that moves can
+    be chosen on wrong statistics. Where an exact refresh finds L below the highest L of the
+    earlier refreshes by more than the rounding of the two evaluations (eps sum |H^-1| |H|, up
+    to 1e-2 nats there), the fit goes back to the state of that refresh and makes as many moves
+    again, each on statistics refreshed first (``state.rollbacks`` records it). So L, evaluated
+    exactly, never falls.
+
+    ``align_tol``: a function out of the model is not added where S_m sigma^2 / ||d_m||^2 <
+    align_tol, the share of its norm outside the span of the active functions (in C^-1's metric;
+    Tipping's SparseBayes has a pairwise guard of this kind). 0 (default): no such guard. On
+    overcomplete, overlapping dictionaries a small value (1e-4) keeps the fit away from nearly
+    collinear sets of functions, at a lower L.
 
     Stopping: when the largest gain is at most ``tol * max(1, |L|)`` ("tolerance"), or when the
     gains are rounding ("rounding"): L recomputed from scratch at an exact refresh makes no
@@ -1058,6 +1126,7 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
         raise ValueError(f"`noise_every` must be >= 1; got {noise_every!r}.")
     start = time.perf_counter()
     work = _Work(state, keep_gram=update_noise)
+    work.align_tol = float(align_tol)
     bar = _bar(progress_bar, max_steps)
     converged, stop_reason = False, "max_steps"
 
@@ -1109,30 +1178,61 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
     if work.sq_norms is None:
         work.sq_norms = work.design.sq_norms()
 
+    # rollback: the state at the exact refresh with the highest L, and the step before which every move
+    # is made on exact statistics (a refresh before each) after the moves since it were undone
+    checkpoint, exact_until = None, 0
+
+    def after_refresh(step, moves):
+        """Keep the state at a new best exact L; where the exact L fell below the best (moves chosen
+        on drifted statistics, an ill-conditioned dictionary), go back to that state and make the
+        next ``moves`` moves each on statistics refreshed first, which makes every gain exact.
+        Returns whether it went back."""
+        nonlocal work, checkpoint, exact_until, exact_L
+        # a fall within the rounding of the two evaluations of L is no fall (where H is ill-conditioned,
+        # eps sum |H^-1| |H| reaches 1e-2 nats: ``_logdet_rounding``)
+        if checkpoint is not None and step >= exact_until and (
+                work.L < checkpoint.log_marginal_likelihood - 1e-9 * max(1.0, abs(checkpoint.log_marginal_likelihood))
+                - 2.0 * work._logdet_rounding(work._blocks())):
+            fell = float(work.L - checkpoint.log_marginal_likelihood)
+            sq_norms = work.sq_norms
+            work = _Work(checkpoint, keep_gram=update_noise)
+            work.align_tol, work.sq_norms = float(align_tol), sq_norms
+            work.trace_seconds = list(checkpoint.trace_seconds)
+            work.rollbacks.append((len(work.moves), fell))
+            exact_L = work.L
+            exact_until = step + max(int(moves), 1)
+            return True
+        if checkpoint is None or work.L >= checkpoint.log_marginal_likelihood:
+            checkpoint = work.state(converged=False, seconds=0.0, exact=False)
+        return False
+
     def corrupted():
         # S_m = d_m^T C^-1 d_m lies in [0, ||d_m||^2 / sigma^2] (C >= sigma^2 I); outside it (or not
         # finite) the updated statistics have drifted beyond use
         cap = work.beta * work.sq_norms
         S = work.S
         return not (np.all(np.isfinite(S)) and np.all(np.isfinite(work.Q))
-                    and np.all(S >= -1e-9 * cap) and np.all(S <= (1.0 + 1e-9) * cap))
+                    and np.all(S >= -max(work.align_tol, 1e-9) * cap) and np.all(S <= (1.0 + 1e-9) * cap))
 
     for step in range(int(max_steps)):
         if refresh_every is not None and step > last_refresh and (
-                step - last_refresh >= (interval if drifting else max(interval, len(work.active))) or corrupted()):
+                step - last_refresh >= (interval if drifting else max(interval, len(work.active)))
+                or step < exact_until or corrupted()):
             refresh(step - last_refresh)
+            rolled_back = after_refresh(step, step - last_refresh)
             last_refresh = step
-            if stuck():
+            if not rolled_back and stuck():
                 converged, stop_reason = True, "rounding"
                 break
-        gain, new = _gains(work.alpha, work.S, work.Q, work.a)
+        gain, new = work.gains()
         if np.isnan(gain).any():
             # a function's statistics are at rounding level (an active function nearly collinear
             # with others, alpha -> 0): refresh them; if exact ones are too, the fit cannot go on
             if refresh_every is not None and step > last_refresh:
                 refresh(step - last_refresh)
+                after_refresh(step, step - last_refresh)
                 last_refresh = step
-                gain, new = _gains(work.alpha, work.S, work.Q, work.a)
+                gain, new = work.gains()
             if np.isnan(gain).any():
                 stop_reason = "ill-conditioned"
                 break
@@ -1144,8 +1244,11 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
             if refresh_every is not None and step > last_refresh:
                 # no move gains by the updated statistics: make sure by exact ones
                 refresh(step - last_refresh)
+                rolled_back = after_refresh(step, step - last_refresh)
                 last_refresh = step
-                gain, _ = _gains(work.alpha, work.S, work.Q, work.a)
+                if rolled_back:
+                    continue
+                gain, _ = work.gains()
                 if np.max(gain) > tol * max(1.0, abs(work.L)) and not stuck():
                     continue
             converged, stop_reason = True, "rounding" if stuck() else "tolerance"

@@ -215,12 +215,18 @@ class KroneckerDictionary(Dictionary):
         return (self.A.T @ V @ self.B).reshape(-1)
 
     def matmat(self, X):
-        X = np.asarray(X, dtype=np.float64).reshape(self.A.shape[1], self.B.shape[1], -1)
-        return np.einsum("ik,klc,jl->ijc", self.A, X, self.B, optimize=True).reshape(self.shape[0], -1)
+        # A (H, K) times X as (K, L c), then B (W, L) on each of the H slices (L, c): two GEMMs on
+        # contiguous memory (no transposed copies of the (P, c) operand)
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        c = X.reshape(self.shape[1], -1).shape[1]
+        T = (self.A @ X.reshape(self.A.shape[1], -1)).reshape(self.A.shape[0], self.B.shape[1], c)
+        return np.matmul(self.B, T).reshape(self.shape[0], c)
 
     def rmatmat(self, V):
-        V = np.asarray(V, dtype=np.float64).reshape(self.A.shape[0], self.B.shape[0], -1)
-        return np.einsum("ik,ijc,jl->klc", self.A, V, self.B, optimize=True).reshape(self.shape[1], -1)
+        V = np.ascontiguousarray(V, dtype=np.float64)
+        c = V.reshape(self.shape[0], -1).shape[1]
+        T = (self.A.T @ V.reshape(self.A.shape[0], -1)).reshape(self.A.shape[1], self.B.shape[0], c)
+        return np.matmul(self.B.T, T).reshape(self.shape[1], c)
 
     def columns(self, idx):
         k, l = np.divmod(np.asarray(idx, dtype=np.int64).reshape(-1), self.B.shape[1])
