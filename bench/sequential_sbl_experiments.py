@@ -148,11 +148,15 @@ def main(argv=None):
 
     def report(name, state, recon, seconds, extra=None):
         rec = {**metrics(img, recon), "active": int(len(state.active)), "log_marginal_likelihood":
-               state.log_marginal_likelihood, "moves": len(state.moves), "seconds": seconds, **(extra or {})}
+               state.log_marginal_likelihood, "moves": len(state.moves), "seconds": seconds,
+               "stop_reason": state.stop_reason, "refreshes": len(state.refresh_drift),
+               "largest_drift": max((abs(d) for _, d in state.refresh_drift), default=0.0),
+               "rollbacks": len(state.rollbacks), **(extra or {})}
         record["stages"][name] = rec
         fsim = PAPER_FSIM.get(name)
         print(f"  {name:<22} PSNR {rec['psnr']:6.2f} dB  SSIM {rec['ssim']:.4f}  K {rec['active']:5d}  "
-              f"L {rec['log_marginal_likelihood']:11.2f}  {seconds:7.2f}s"
+              f"L {rec['log_marginal_likelihood']:11.2f}  {seconds:7.2f}s  stop {state.stop_reason}"
+              f" ({len(state.refresh_drift)} refreshes, {len(state.rollbacks)} rollbacks)"
               + (f"  [paper FSIM {fsim}]" if fsim else "")
               + "".join(f"  {k} {v:.3f}" for k, v in (extra or {}).items() if isinstance(v, float)), flush=True)
 

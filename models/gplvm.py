@@ -260,13 +260,15 @@ def _core(K, lam, k_grad):
 
 def _core_fwd(K, lam, k_grad):
     var, logdet, Binv = _core_impl(K, lam)
-    return (var, logdet), (K, lam, Binv)
+    # K is a residual only where its gradient is wanted: under ``lax.map`` each residual is stacked
+    # once per latent dimension (Q copies of an N x N matrix)
+    return (var, logdet), (K if k_grad else None, lam, Binv)
 
 
 def _core_bwd(k_grad, res, ct):
     K, lam, Binv = res  # Binv: only its upper triangle is used
     g, c = ct
-    N = K.shape[0]
+    N = Binv.shape[-1]
     a = jnp.sqrt(lam)
     upper = jnp.triu(jnp.ones((N, N), dtype=bool))
     strict_upper = jnp.triu(upper, 1)
@@ -280,7 +282,7 @@ def _core_bwd(k_grad, res, ct):
     SSg = (W2 @ h + h @ W2) / lam + var * var * g
     d_lam = -SSg + c * var
     if not k_grad:
-        return jnp.zeros_like(K), d_lam
+        return jnp.zeros((N, N), dtype=Binv.dtype), d_lam
     P = a[:, None] * jnp.where(upper, Binv, Binv.T) * a[None, :]
     R = jnp.eye(N, dtype=K.dtype) - K @ P
     return (R.T * g) @ R + c * P, d_lam
