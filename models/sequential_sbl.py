@@ -524,12 +524,7 @@ class _Work:
         self._Gbuf = None
         if keep_gram or self.design.sparse_gram is None:
             self._Gbuf = np.zeros((cap, cap))
-            a = self.a
-            if self.design.sparse_gram is not None:
-                self._Gbuf[:K, :K] = self.design.sparse_gram[a][:, a].toarray()
-            else:
-                for k, m in enumerate(self.active):
-                    self._Gbuf[:K, k] = self.design.rmatvec(self._column(m))[a]
+            self._fill_gram()
         self._label = self._components()
         self.S = st.S.copy()
         self.Q = st.Q.copy()
@@ -541,6 +536,38 @@ class _Work:
         self.rollbacks = list(st.rollbacks)
         self.noise_var = st.noise_var
         self.sq_norms = None
+
+    def _fill_gram(self):
+        """D_a^T D_a into the Gram buffer, from D^T D where it is held, else K products."""
+        a, K = self.a, len(self.active)
+        if self.design.sparse_gram is not None:
+            self._Gbuf[:K, :K] = self.design.sparse_gram[a][:, a].toarray()
+        else:
+            for k, m in enumerate(self.active):
+                self._Gbuf[:K, k] = self.design.rmatvec(self._column(m))[a]
+
+    def checkpoint(self):
+        """What :meth:`restore` needs to go back to this point: the active set, alpha, sigma^2, L
+        and the lengths of the records (O(M), no K x K copy)."""
+        return dict(active=self.a.copy(), alpha=self.alpha.copy(), noise_var=self.noise_var, L=self.L,
+                    lengths=(len(self.trace), len(self.moves), len(self.trace_seconds), len(self.drift)))
+
+    def restore(self, point):
+        """Back to a :meth:`checkpoint`: its active set, alpha and sigma^2, with Sigma, mu, S, Q and
+        L recomputed exactly (:meth:`refresh`), the records cut back to its lengths."""
+        active = point["active"]
+        K = len(active)  # the buffers held K functions at the checkpoint and never shrink
+        self.active = [int(m) for m in active]
+        self.pos = {m: k for k, m in enumerate(self.active)}
+        self._abuf[:K] = active
+        self.alpha = point["alpha"].copy()
+        self.noise_var, self.beta = point["noise_var"], 1.0 / point["noise_var"]
+        if self._Gbuf is not None:
+            self._fill_gram()
+        n_trace, n_moves, n_seconds, n_drift = point["lengths"]
+        del self.trace[n_trace:], self.moves[n_moves:], self.trace_seconds[n_seconds:]
+        self.refresh()
+        del self.drift[n_drift:]  # the restore's own refresh is no drift
 
     @property
     def Sigma(self):
@@ -1187,23 +1214,20 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
         on drifted statistics, an ill-conditioned dictionary), go back to that state and make the
         next ``moves`` moves each on statistics refreshed first, which makes every gain exact.
         Returns whether it went back."""
-        nonlocal work, checkpoint, exact_until, exact_L
+        nonlocal checkpoint, exact_until, exact_L
         # a fall within the rounding of the two evaluations of L is no fall (where H is ill-conditioned,
         # eps sum |H^-1| |H| reaches 1e-2 nats: ``_logdet_rounding``)
         if checkpoint is not None and step >= exact_until and (
-                work.L < checkpoint.log_marginal_likelihood - 1e-9 * max(1.0, abs(checkpoint.log_marginal_likelihood))
+                work.L < checkpoint["L"] - 1e-9 * max(1.0, abs(checkpoint["L"]))
                 - 2.0 * work._logdet_rounding(work._blocks())):
-            fell = float(work.L - checkpoint.log_marginal_likelihood)
-            sq_norms = work.sq_norms
-            work = _Work(checkpoint, keep_gram=update_noise)
-            work.align_tol, work.sq_norms = float(align_tol), sq_norms
-            work.trace_seconds = list(checkpoint.trace_seconds)
+            fell = float(work.L - checkpoint["L"])
+            work.restore(checkpoint)
             work.rollbacks.append((len(work.moves), fell))
             exact_L = work.L
             exact_until = step + max(int(moves), 1)
             return True
-        if checkpoint is None or work.L >= checkpoint.log_marginal_likelihood:
-            checkpoint = work.state(converged=False, seconds=0.0, exact=False)
+        if checkpoint is None or work.L >= checkpoint["L"]:
+            checkpoint = work.checkpoint()
         return False
 
     def corrupted():
