@@ -54,7 +54,6 @@ from ppl_sbl.validation import check_positive
 
 LOG_2PI = math.log(2.0 * math.pi)
 _REFRESH_BLOCK = 256  # columns of D^T D_a F^T formed at a time by an exact refresh
-ALIGN_TOL = 0.0  # default of ``align_tol`` (see :func:`resume`): no function is kept out
 
 __all__ = [
     "model",
@@ -434,7 +433,8 @@ def _small_factors(alpha, S, Q, sigma_diag=None, mu=None):
 
     Out of the model s = S, q = Q. For an active function two forms are equal: s_m = alpha_m S_m /
     (alpha_m - S_m), q_m = alpha_m Q_m / (alpha_m - S_m), and, from the posterior of c_m given the
-    others (precision alpha_m + s_m, mean q_m / (alpha_m + s_m)), s_m = 1 / Sigma_mm - alpha_m,
+    others (precision alpha_m + s_m, mean q_m / (alpha_m + s_m); Sigma and mu as in section 2 of
+    Faul & Pilikos, Sigma = (A + D^T D / sigma^2)^-1), s_m = 1 / Sigma_mm - alpha_m,
     q_m = mu_m / Sigma_mm (``sigma_diag`` and ``mu`` in the order of the active entries). The first
     subtracts alpha_m - S_m = alpha_m^2 / (alpha_m + s_m), which falls below the rounding of S_m
     where alpha_m << s_m (a function whose coefficient the data determine, alpha_m -> 0 on
@@ -461,7 +461,8 @@ def _gains(alpha, S, Q, active=None, sigma_diag=None, mu=None):
     """The exact change of L and the new alpha of the best move for every function.
 
     With l(alpha) = (ln alpha - ln(alpha + s) + q^2 / (alpha + s)) / 2, function m's part of L
-    given the others (Tipping & Faul 2003, eq. (11)), and s_m, q_m from ``_small_factors``
+    given the others (Tipping & Faul 2003, ref. [6] of Faul & Pilikos, whose section 2 summarises
+    the three moves without numbering them), and s_m, q_m from ``_small_factors``
     (``sigma_diag``, ``mu``: the posterior's, in the order of ``active``):
 
     add (alpha_m = inf, q^2 > s):  dL = ((Q^2 - S) / S + ln(S / Q^2)) / 2
@@ -641,7 +642,7 @@ class _Work:
     def _column(self, m):
         return self.design.columns([m])[:, 0]
 
-    align_tol = 0.0
+    align_tol = 0.0  # set by :func:`resume`; 0: no function is kept out
 
     def aligned(self):
         """The functions out of the model whose part outside the model's span is below
@@ -1066,7 +1067,7 @@ def _initial_state(D, y, rows, noise_var):
 
 
 def fit(D, y, *, noise_var, update_noise=False, noise_every=1, tol=1e-13, max_steps=100000, rows=None,
-        refresh_every=500, align_tol=ALIGN_TOL, progress_bar=None):
+        refresh_every=500, align_tol=0.0, progress_bar=None):
     """Fast marginal likelihood maximisation (Tipping & Faul 2003), a deterministic path.
 
     Parameters
@@ -1108,7 +1109,7 @@ def fit(D, y, *, noise_var, update_noise=False, noise_every=1, tol=1e-13, max_st
 
 
 def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max_steps=100000, refresh_every=500,
-           align_tol=ALIGN_TOL, progress_bar=None):
+           align_tol=0.0, progress_bar=None):
     """Go on maximising L from ``state`` (after :func:`add_sample` or :func:`add_basis`).
 
     ``noise_every``: with ``update_noise``, re-estimate sigma^2 after every ``noise_every``-th

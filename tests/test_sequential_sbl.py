@@ -245,6 +245,18 @@ def test_kronecker_rbf_against_dense():
     np.testing.assert_allclose(K.rmatvec(v), dense.T @ v, rtol=1e-12)
     np.testing.assert_allclose(K.rows([2, 7]), dense[[2, 7]], rtol=1e-13)
     np.testing.assert_allclose(K.weighted_sq_norms(np.abs(v)), np.abs(v) @ dense**2, rtol=1e-12)
+    # products with several columns, and factors that are not square (points != functions per axis)
+    X, V = rng.normal(size=(30, 4)), rng.normal(size=(30, 3))
+    # (entries that cancel to near 0 are compared with the rounding of the sums: eps-level of |D| |X|)
+    np.testing.assert_allclose(K.matmat(X), dense @ X, rtol=1e-12, atol=1e-13 * np.max(np.abs(dense) @ np.abs(X)))
+    np.testing.assert_allclose(K.rmatmat(V), dense.T @ V, rtol=1e-12, atol=1e-13 * np.max(np.abs(dense.T) @ np.abs(V)))
+    A, B = rng.normal(size=(6, 4)), rng.normal(size=(5, 3))
+    rect = basis.KroneckerDictionary(A, B)
+    full = np.kron(A, B)  # D[i * 5 + j, k * 3 + l] = A[i, k] B[j, l]
+    X, V = rng.normal(size=(12, 2)), rng.normal(size=(30, 2))
+    np.testing.assert_allclose(rect.matmat(X), full @ X, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(rect.rmatmat(V), full.T @ V, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(rect.matvec(X[:, 0]), full @ X[:, 0], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("kind", ["haar", "rbf"])
