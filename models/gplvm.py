@@ -28,7 +28,9 @@ B_q = I + Lambda_q^1/2 K_Y Lambda_q^1/2,
 
 so K_Y is never inverted (one Cholesky factorisation of B_q per latent dimension, O(Q N^3),
 section 5.4). The bound is maximised over (mubar, lambda), the inducing inputs and the kernels'
-parameters (5.25-5.27) by L-BFGS. The supervised model's signal variance and noise precision are
+parameters (5.25-5.27): by default in sweeps of a damped natural-gradient step on q(X) (the
+fixed point of 5.28, :func:`_fit_natural`) and L-BFGS on the hyperparameters, else by L-BFGS on
+everything (``optimizer="lbfgs"``). The supervised model's signal variance and noise precision are
 fixed at a high signal-to-noise ratio by default (section 5.5.3; ``snr=None`` frees them).
 Outputs are centred by their column means (added back by ``predict``).
 """
@@ -57,11 +59,13 @@ __all__ = [
     "unsupervised",
     "guide",
     "latent_posterior",
+    "natural_gradient",
     "bound",
     "fit",
     "initial_parameters",
     "GPLVMResult",
     "MODELS",
+    "OPTIMIZERS",
     "PRIOR_KERNELS",
 ]
 
@@ -304,9 +308,11 @@ def latent_posterior(K_Y, mubar, log_lam, *, full=False, k_grad=True):
     # latent dimensions in batches of up to 2^25 / N^2 (256 MB per N x N stack)
     batch = max(1, min(lam.shape[1], 2**25 // N**2))
     var, logdet = jax.lax.map(lambda l: _core(K_Y, l, k_grad), lam.T, batch_size=batch)
-    var = jnp.maximum(var, _TINY)
     mu = K_Y @ mubar
+    # tr(B^-1) = N - sum_n lambda_n S_nn with S_nn before the floor below (exact, where a floored
+    # variance times a huge lambda would not be)
     kl = 0.5 * jnp.sum(N - jnp.sum(lam.T * var, 1) + jnp.sum(mubar * mu, 0) - N + logdet)
+    var = jnp.maximum(var, _TINY)
     out = (mu, var.T, kl)
     if full:
         def cov(l):
@@ -368,6 +374,196 @@ def _q_u(kp, inducing, stats, Z, beta, jitter):
 # ----------------------------------------------------------------------------------------------
 # Fitting
 # ----------------------------------------------------------------------------------------------
+OPTIMIZERS = ("natural", "lbfgs")
+
+
+def _host_factor(K, lam, r=None):
+    """What one step of :func:`_fit_natural` needs of B_q = I + A K A, A = diag(lam_q)^1/2, for
+    each latent dimension (``lam`` (Q, N)), by LAPACK: the Cholesky factor (potrf), log|B_q|,
+    diag(B_q^-1) as the squared column norms of the triangular inverse (trtri; N^3 / 3 flops, as
+    many as the factorisation: the bound needs the diagonal of B_q^-1 only, not B_q^-1 in full),
+    and with ``r`` (Q, N) the natural direction of the means, A B_q^-1 A^-1 r_q = (I + Lambda_q K)^-1
+    r_q = K^-1 S_q r_q, by two triangular solves (potrs). Returns (diag B^-1 (Q, N), log|B| (Q,),
+    direction (Q, N) or None); a factorisation that fails gives NaN (the step is then refused)."""
+    import scipy.linalg.lapack as lapack
+
+    Q, N = lam.shape
+    dinv, logdet = np.empty((Q, N)), np.empty(Q)
+    sol = None if r is None else np.empty((Q, N))
+    for q in range(Q):
+        a = np.sqrt(lam[q])
+        B = K * a[:, None]
+        B *= a[None, :]
+        B.flat[:: N + 1] += 1.0
+        c, info = lapack.dpotrf(B, lower=1, clean=1, overwrite_a=1)
+        if info != 0:
+            dinv[q], logdet[q] = np.nan, np.nan
+            if sol is not None:
+                sol[q] = np.nan
+            continue
+        logdet[q] = 2.0 * np.sum(np.log(np.diagonal(c)))
+        if sol is not None:
+            sol[q] = a * lapack.dpotrs(c, r[q] / a, lower=1)[0]
+        v, info = lapack.dtrtri(c, lower=1, overwrite_c=1)
+        dinv[q] = np.einsum("ij,ij->j", v, v)
+    return dinv, logdet, sol
+
+
+def _data_term(mu, var, hyper, fixed, Z, jitter):
+    """F~(mu, diag S; hyperparameters): the bound without its KL term (it depends on q(X) only
+    through the means and marginal variances, via the Psi statistics)."""
+    p, kp, _, beta = _unpack(hyper, fixed)
+    stats = sg.psi_statistics("rbf_ard", kp, mu, var, p["inducing"])
+    return sg.collapsed_bound(Z, stats, sg.kernel("rbf_ard", kp, p["inducing"]), beta, jitter)
+
+
+@functools.lru_cache(maxsize=None)
+def _data_term_functions(jitter):
+    f = functools.partial(_data_term, jitter=jitter)
+    return (jax.jit(f), jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2))),
+            jax.jit(jax.value_and_grad(f, argnums=2)))
+
+
+class _NaturalProblem:
+    """The pieces of the bound that the natural-gradient fit evaluates, for the supervised or
+    autoencoder model with the latent prior fixed: K_Y (computed once), the data term F~ and its
+    gradients (compiled once per jitter), and q(X)'s moments from (mubar, lambda) by
+    :func:`_host_factor`."""
+
+    def __init__(self, free, fixed, Y, Z, *, prior_kernel, jitter):
+        self.F_value, self.F_grad, self.F_hyper = _data_term_functions(jitter)
+        _, _, prior_params, _ = _unpack(free, fixed)
+        self.K = np.asarray(_prior_cov(Y, prior_kernel, prior_params, jitter))
+        self.floor = LAMBDA_FLOOR / float(np.mean(np.diag(self.K)))
+        self.fixed, self.Z = fixed, Z
+
+    def moments(self, mubar, lam, r=None, rho=0.0):
+        """(mubar, mu, diag S, KL) of q(X) at (mubar, lambda) (N, Q); with ``r`` (N, Q), mubar first
+        moves by rho (I + Lambda_q K_Y)^-1 r_q (the same factorisations)."""
+        N = self.K.shape[0]
+        dinv, logdet, sol = _host_factor(self.K, lam.T, None if r is None else r.T)
+        if sol is not None:
+            mubar = mubar + rho * sol.T
+        var = np.maximum((1.0 - dinv.T) / lam, _TINY)
+        mu = self.K @ mubar
+        kl = 0.5 * float(np.sum(np.sum(dinv, 1) + np.sum(mubar * mu, 0) - N + logdet))  # tr(B^-1) = sum dinv
+        return mubar, mu, var, kl
+
+    def value(self, mu, var, kl, hyper):
+        v = float(self.F_value(jnp.asarray(mu), jnp.asarray(var), hyper, self.fixed, self.Z)) - kl
+        return v if np.isfinite(v) else -np.inf
+
+    def gradient(self, mu, var, hyper):
+        """F~ and its gradients in the means, the marginal variances and the hyperparameters."""
+        return self.F_grad(jnp.asarray(mu), jnp.asarray(var), hyper, self.fixed, self.Z)
+
+
+def natural_gradient(free, fixed, Y, Z, *, prior_kernel="rbf", jitter=sg.JITTER):
+    """The bound and its gradient in the coordinates the natural-gradient fit moves in: q(X)'s
+    means mu_q and marginal variances s_q = diag S_q (within the Opper-Archambeau family (5.28),
+    where the KL term's gradient is free: d(-KL)/dmu_q = -mubar_q, d(-KL)/ds_q = lambda_q / 2),
+    and the hyperparameters. One Cholesky factorisation and one triangular inverse per latent
+    dimension, where the gradient in (mubar, lambda) needs B_q^-1 in full. Returns (bound,
+    {"mean": (N, Q), "var": (N, Q), and the hyperparameters' keys}). For the supervised or
+    autoencoder model with the latent prior fixed."""
+    prob = _NaturalProblem(free, fixed, Y, Z, prior_kernel=prior_kernel, jitter=jitter)
+    lam = np.asarray(precisions(jnp.asarray(prob.K), free["log_lam"]))
+    mubar, mu, var, kl = prob.moments(np.asarray(free["mubar"], dtype=np.float64), lam)
+    hyper = {k: v for k, v in free.items() if k not in ("mubar", "log_lam")}
+    F, (g_mu, g_var, g_hyper) = prob.gradient(mu, var, hyper)
+    return float(F) - kl, {**g_hyper, "mean": np.asarray(g_mu) - mubar, "var": np.asarray(g_var) + 0.5 * lam}
+
+
+def _fit_natural(free, fixed, Y, Z, *, prior_kernel, jitter, max_steps, tol, hyper_steps, progress_bar):
+    """Maximise the bound of the supervised or autoencoder model (the latent prior fixed) by
+    alternating two ascent steps, each accepted only if the bound does not fall:
+
+    * q(X): the fixed point of (5.28) as a damped natural-gradient step (Opper & Archambeau 2009;
+      Khan & Lin 2017). With g_mu, g_s the gradients of the data term F~ in the means and
+      marginal variances, lambda* = -2 g_s and rho in (0, 1]:
+
+          lambda <- lambda + rho (lambda* - lambda),     mu <- mu + rho S_q' (g_mu - mubar_q)
+
+      (S_q' the new covariance; in mubar: mubar += rho (I + Lambda_q' K_Y)^-1 (g_mu - mubar)), the
+      step in the natural parameters (S^-1, S^-1 mu) of q(X); rho = 1 is the fixed point itself.
+      rho is halved until the bound does not fall, and doubled (up to 1) at the next step. Both
+      parts are ascent directions: d bound / d lambda = (S o S)(lambda* - lambda) / 2 with S o S
+      positive semi-definite, d bound / d mubar = K_Y (g_mu - mubar). The step needs, per
+      latent dimension, the Cholesky factor of B_q, log|B_q| and diag(B_q^-1) only
+      (:func:`_host_factor`, :func:`natural_gradient`): the gradient in (mu, diag S) is free,
+      where the gradient in (mubar, lambda) needs B_q^-1 in full.
+    * the hyperparameters (inducing inputs, ARD alphas, and the signal variance and noise
+      precision where free): ``hyper_steps`` L-BFGS iterations on F~ with q(X) held, which costs
+      no N x N work at all (the KL term is constant).
+
+    Converged when one sweep raises the bound by at most ``tol`` |bound|.
+    Returns (free, bound, info) like :func:`ppl_sbl.sparse_gp.maximize`."""
+    import scipy.optimize
+    from jax.flatten_util import ravel_pytree
+
+    prob = _NaturalProblem(free, fixed, Y, Z, prior_kernel=prior_kernel, jitter=jitter)
+    floor = prob.floor
+    lam = np.exp(np.asarray(free["log_lam"], dtype=np.float64)) + floor
+    hyper = {k: v for k, v in free.items() if k not in ("mubar", "log_lam")}
+    flat, unravel = ravel_pytree(hyper)
+    mubar, mu, var, kl = prob.moments(np.array(free["mubar"], dtype=np.float64), lam)
+    current = prob.value(mu, var, kl, hyper)
+    if not np.isfinite(current):
+        raise FloatingPointError("the bound is not finite at the starting point; check the inputs for extreme values.")
+    rho, trace, rhos, converged, message = 1.0, [], [], False, "max_steps reached"
+    bar = None
+    if progress_bar:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=int(max_steps), desc="natural steps")
+    for step in range(int(max_steps)):
+        start = current
+        # q(X): the damped fixed-point step
+        _, (g_mu, g_var, _) = prob.gradient(mu, var, hyper)
+        target = -2.0 * np.asarray(g_var)
+        r = np.asarray(g_mu) - mubar
+        rho = min(1.0, 2.0 * rho)
+        while rho >= _MIN_RHO:
+            lam_new = np.maximum(lam + rho * (target - lam), floor * (1.0 + 1e-3))
+            trial = prob.moments(mubar, lam_new, r, rho)
+            v = prob.value(*trial[1:], hyper)
+            if v >= current:
+                lam, (mubar, mu, var, kl), current = lam_new, trial, v
+                break
+            rho *= 0.5
+        rhos.append(rho)
+        # hyperparameters with q(X) held
+        mu_j, var_j = jnp.asarray(mu), jnp.asarray(var)
+
+        def negative(v):
+            val, g = prob.F_hyper(mu_j, var_j, unravel(jnp.asarray(v)), fixed, Z)
+            val, g = float(val), np.asarray(ravel_pytree(g)[0])
+            if not np.isfinite(val) or not np.all(np.isfinite(g)):
+                return np.inf, np.zeros_like(g)
+            return -val, -g
+
+        res = scipy.optimize.minimize(negative, np.asarray(flat, dtype=np.float64), jac=True, method="L-BFGS-B",
+                                      options={"maxiter": int(hyper_steps), "maxcor": 20})
+        if np.isfinite(res.fun) and -res.fun - kl >= current:
+            flat = np.asarray(res.x)
+            hyper, current = unravel(jnp.asarray(flat)), -float(res.fun) - kl
+        trace.append(current)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(bound=f"{current:.4f}", rho=f"{rho:.2g}")
+        if current - start <= tol * abs(current):
+            converged, message = True, "the bound rose by at most tol |bound| in one sweep"
+            break
+    if bar is not None:
+        bar.close()
+    out = {**hyper, "mubar": jnp.asarray(mubar), "log_lam": jnp.asarray(np.log(lam - floor))}
+    return out, current, {"steps": step + 1, "converged": converged, "message": message, "trace": trace,
+                          "optimizer": "natural", "step_sizes": np.asarray(rhos)}
+
+
+_MIN_RHO = 2.0**-30  # below it the natural step is refused for this sweep (the bound's rounding)
+
+
 def _pca(Y, Q):
     Yc = Y - Y.mean(0)
     _, s, Vt = np.linalg.svd(Yc, full_matrices=False)
@@ -398,7 +594,8 @@ def _check(Y, Z, model, latent_dim, num_inducing, prior_kernel):
 
 
 def fit(Y, Z=None, *, model="supervised", latent_dim=10, num_inducing=30, prior_kernel="rbf", snr="default",
-        optimize_prior=False, max_steps=2000, tol=1e-10, seed=0, jitter=sg.JITTER, progress_bar=None):
+        optimize_prior=False, optimizer=None, max_steps=2000, tol=1e-10, hyper_steps=20, seed=0, jitter=sg.JITTER,
+        progress_bar=None):
     """Fit a Bayesian GPLVM by maximising the collapsed bound.
 
     Parameters
@@ -416,7 +613,16 @@ def fit(Y, Z=None, *, model="supervised", latent_dim=10, num_inducing=30, prior_
     snr : signal-to-noise ratio sigma_f^2 beta at which the signal variance (the outputs'
         variance) and the noise precision are fixed; None frees both; "default": 100 for the
         supervised model (section 5.5.3), None for the others.
-    max_steps, tol : L-BFGS iterations and relative tolerance on the bound.
+    optimizer : "natural" (the default for the supervised and autoencoder models with the latent
+        prior fixed): sweeps of a damped natural-gradient step on q(X), the fixed point of (5.28)
+        (see :func:`_fit_natural`), and ``hyper_steps`` L-BFGS iterations on the inducing inputs and
+        kernel parameters with q(X) held; each sweep needs one Cholesky factorisation and one
+        triangular inverse per latent dimension and trial step. "lbfgs" (the only choice for the
+        unsupervised model and with ``optimize_prior``): L-BFGS on all parameters at once with
+        the exact gradient in (mubar, lambda), which needs B_q^-1 in full.
+    max_steps, tol : sweeps ("natural") or L-BFGS iterations ("lbfgs"), and the relative
+        tolerance on the bound (the rise over one sweep; for L-BFGS scipy's ``ftol``).
+    hyper_steps : L-BFGS iterations on the hyperparameters per natural sweep.
     progress_bar : show one (tqdm) with the bound; None: only for fits expected to be long
         (N x Q x max_steps above 10^7).
 
@@ -424,15 +630,30 @@ def fit(Y, Z=None, *, model="supervised", latent_dim=10, num_inducing=30, prior_
     -------
     GPLVMResult
     """
+    if optimizer is not None and optimizer not in OPTIMIZERS:
+        raise ValueError(f"`optimizer` must be one of {OPTIMIZERS} (or None for the model's default); "
+                         f"got {optimizer!r}.")
     if progress_bar is None:
         progress_bar = len(np.asarray(Y)) * int(latent_dim) * int(max_steps) > 1e7
     free, fixed, Yj, Zj, z_mean = initial_parameters(Y, Z, model=model, latent_dim=latent_dim,
                                                      num_inducing=num_inducing, prior_kernel=prior_kernel, snr=snr,
                                                      optimize_prior=optimize_prior, seed=seed, jitter=jitter)
-    objective = functools.partial(bound, model=model, prior_kernel=prior_kernel, jitter=jitter)
+    natural_applies = model != "unsupervised" and "log_prior" not in free
+    if optimizer is None:
+        optimizer = "natural" if natural_applies else "lbfgs"
+    if optimizer == "natural" and not natural_applies:
+        raise ValueError("optimizer='natural' needs the GP-latent prior held fixed (model 'supervised' or "
+                         "'autoencoder' with optimize_prior=False); use optimizer='lbfgs'.")
     start = time.perf_counter()
-    free, value, info = sg.maximize(objective, free, args=(fixed, Yj, Zj), max_steps=max_steps, tol=tol,
-                                    progress_bar=progress_bar)
+    if optimizer == "natural":
+        free, value, info = _fit_natural(free, fixed, Yj, Zj, prior_kernel=prior_kernel, jitter=jitter,
+                                         max_steps=max_steps, tol=tol, hyper_steps=hyper_steps,
+                                         progress_bar=progress_bar)
+    else:
+        objective = functools.partial(bound, model=model, prior_kernel=prior_kernel, jitter=jitter)
+        free, value, info = sg.maximize(objective, free, args=(fixed, Yj, Zj), max_steps=max_steps, tol=tol,
+                                        progress_bar=progress_bar)
+        info["optimizer"] = "lbfgs"
     return GPLVMResult(model=model, prior_kernel=prior_kernel, free=free, fixed=fixed, Y=Yj, Z=Zj,
                        z_mean=jnp.asarray(z_mean), elbo=value, elbo_trace=np.asarray(info["trace"]),
                        converged=info["converged"], info=info, seconds=time.perf_counter() - start, jitter=jitter)
@@ -517,7 +738,11 @@ class GPLVMResult:
     bound = "none"  # the collapsed bound equals the uncollapsed ELBO with q(U) at its optimum
     elbo_exact = None
     observed_site = "Z"
-    inference = "collapsed variational bound (Titsias & Lawrence 2010) maximised by L-BFGS"
+    @property
+    def inference(self):
+        how = ("natural-gradient steps on q(X) (the fixed point of 5.28) and L-BFGS on the hyperparameters"
+               if self.info.get("optimizer") == "natural" else "L-BFGS")
+        return f"collapsed variational bound (Titsias & Lawrence 2010) maximised by {how}"
 
     # parameters ------------------------------------------------------------------------------
     @functools.cached_property

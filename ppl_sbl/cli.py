@@ -152,7 +152,8 @@ def _gplvm_table(args):
     table = compare(results)[["rank", "elbo", "d_elbo", "converged"]].join(pd.DataFrame.from_dict(rows, orient="index"))
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.4f}".format):
         print(f"\nBayesian GPLVMs on {d.description}: {len(d.t_train)} training, {len(d.t_test)} test images, "
-              f"{args.num_inducing} inducing inputs, at most {args.gplvm_steps} L-BFGS steps")
+              f"{args.num_inducing} inducing inputs, at most {args.gplvm_steps} steps\n"
+              "(natural-gradient sweeps for the GP-latent models, L-BFGS for the unsupervised one)")
         print(table.to_string())
     print("note: a bound is comparable only among models of the same outputs: the supervised rows bound "
           "log p(labels | images), the autoencoder and unsupervised rows log p(images | images) and log p(images).")
@@ -266,7 +267,8 @@ def build_parser():
     cmp.add_argument("--gplvm-dims", type=int, nargs="+", default=[2, 5, 10],
                      help="digits only: latent dimensions of the supervised GPLVMs compared (default 2 5 10)")
     cmp.add_argument("--num-inducing", type=int, default=30, help="digits only: GPLVM inducing inputs (default 30)")
-    cmp.add_argument("--gplvm-steps", type=int, default=300, help="digits only: L-BFGS steps per GPLVM (default 300)")
+    cmp.add_argument("--gplvm-steps", type=int, default=300, help="digits only: steps per GPLVM (natural sweeps or L-BFGS "
+                     "iterations; default 300)")
     cmp.add_argument("--prototypes", type=int, nargs="+", default=[1, 2, 5, 10],
                      help="digits-verification only: numbers of virtual prototypes m (default 1 2 5 10)")
     cmp.add_argument("--classes", type=int, nargs="+", default=None,

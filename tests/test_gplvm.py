@@ -1,6 +1,7 @@
 """The Bayesian GPLVMs against independent answers: direct Gaussian algebra for q(X) and its KL,
 NumPyro's Monte Carlo ELBO of the uncollapsed model for the collapsed bound, finite differences
 for the gradients, and the fixed-point equations (5.28) at an optimum."""
+import functools
 import math
 import os
 import subprocess
@@ -189,6 +190,10 @@ def test_bad_inputs_get_named_errors():
         gplvm.fit(Y, Z, model="pca")
     with pytest.raises(ValueError, match="`prior_kernel` must be one of"):
         gplvm.fit(Y, Z, prior_kernel="cosine")
+    with pytest.raises(ValueError, match="`optimizer` must be one of"):
+        gplvm.fit(Y, Z, latent_dim=3, optimizer="adam")
+    with pytest.raises(ValueError, match="optimizer='natural' needs the GP-latent prior held fixed"):
+        gplvm.fit(Y, Z, model="unsupervised", latent_dim=3, num_inducing=5, optimizer="natural")
 
 
 def test_classifier_estimator_any_labels():
@@ -276,3 +281,81 @@ def test_bound_and_gradient_finish_on_a_single_core():
         pytest.fail("the bound's gradient did not finish in 180 s on one core (a callback waiting forever)")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "finished" in out.stdout
+
+
+# ----------------------------------------------------------------------------------------------
+# The natural-gradient fit
+# ----------------------------------------------------------------------------------------------
+def test_host_factor_against_dense_algebra():
+    """log|B_q|, diag(B_q^-1) and (I + Lambda_q K)^-1 r_q of :func:`gplvm._host_factor` against
+    numpy's slogdet, inverse and solve, with precisions spanning eight orders of magnitude."""
+    rng = np.random.default_rng(3)
+    N, Q = 30, 4
+    X = rng.normal(size=(N, 3))
+    K = np.exp(-0.5 * np.sum((X[:, None] - X[None]) ** 2, -1)) + 1e-6 * np.eye(N)
+    lam = np.exp(rng.uniform(-9, 9, size=(Q, N)))
+    r = rng.normal(size=(Q, N))
+    dinv, logdet, sol = gplvm._host_factor(K, lam, r)
+    for q in range(Q):
+        a = np.sqrt(lam[q])
+        B = np.eye(N) + a[:, None] * K * a[None, :]
+        np.testing.assert_allclose(dinv[q], np.diag(np.linalg.inv(B)), rtol=1e-9)
+        assert logdet[q] == pytest.approx(np.linalg.slogdet(B)[1], rel=1e-10)
+        np.testing.assert_allclose(sol[q], np.linalg.solve(np.eye(N) + lam[q][:, None] * K, r[q]), rtol=1e-7,
+                                   atol=1e-9 * np.abs(r[q]).max())
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_natural_gradient_is_the_gradient_in_means_and_variances(seed):
+    """The gradient in (mu_q, diag S_q) of :func:`gplvm.natural_gradient` against JAX's
+    autodiff of :func:`gplvm.bound` (which differentiates through B_q^-1 in full) by the chain
+    rule: d/dmubar = K_Y d/dmu, d/dlambda = -(S o S) d/ds (dS = -S dLambda S), and the
+    hyperparameters' gradients equal; at random points of a random problem."""
+    rng = np.random.default_rng(seed)
+    Y, Z = toy(18, seed=seed)
+    free, fixed, Yj, Zj, _ = gplvm.initial_parameters(Y, Z, model="supervised", latent_dim=3, num_inducing=5,
+                                                      snr=None if seed == 2 else "default", seed=seed)
+    free = {k: v + 0.3 * rng.normal(size=np.shape(v)) for k, v in free.items()}
+    value, grads = gplvm.natural_gradient(free, fixed, Yj, Zj)
+    objective = functools.partial(gplvm.bound, model="supervised", prior_kernel="rbf")
+    exact, auto = jax.value_and_grad(objective)(free, fixed, Yj, Zj)
+    assert value == pytest.approx(float(exact), rel=1e-10)
+    _, _, prior, _ = gplvm._unpack(free, fixed)
+    K = gplvm._prior_cov(Yj, "rbf", prior, sg.JITTER)
+    _, _, _, S = gplvm.latent_posterior(K, free["mubar"], free["log_lam"], full=True)
+    np.testing.assert_allclose(np.asarray(K @ grads["mean"]), np.asarray(auto["mubar"]), rtol=1e-6,
+                               atol=1e-8 * np.abs(auto["mubar"]).max())
+    e = np.exp(np.asarray(free["log_lam"]))
+    d_lam = -np.einsum("qnm,mq->nq", np.asarray(S) ** 2, grads["var"])
+    np.testing.assert_allclose(e * d_lam, np.asarray(auto["log_lam"]), rtol=1e-6,
+                               atol=1e-8 * np.abs(auto["log_lam"]).max())
+    for k in free:
+        if k not in ("mubar", "log_lam"):
+            np.testing.assert_allclose(np.asarray(grads[k]), np.asarray(auto[k]), rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_natural_fit_never_decreases(seed):
+    """On random problems (sizes, supervised with the noise fixed or free, autoencoder): the bound
+    never falls from one sweep to the next, each sweep's natural step is an ascent step (rho > 0
+    for most sweeps), and the reported bound is :func:`gplvm.bound` (B_q^-1 by potri, KL by the
+    same formula) at the returned parameters."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(14, 30))
+    Y, Z = toy(n, seed=seed)
+    model = "autoencoder" if seed == 3 else "supervised"
+    res = gplvm.fit(Y, Z, model=model, latent_dim=3, num_inducing=5, max_steps=300, seed=seed,
+                    snr=None if seed == 2 else "default")
+    assert res.info["optimizer"] == "natural"
+    trace = np.asarray(res.elbo_trace)
+    assert np.all(np.diff(trace) >= 0.0) and trace[-1] > trace[0]
+    assert np.mean(res.info["step_sizes"] >= 0.1) > 0.5
+    # the two routes to B_q^-1 (potrf + potri, potrf + trtri) differ by rounding: each entry by
+    # about eps cond(B_q), over N Q entries
+    _, _, prior, _ = gplvm._unpack(res.free, res.fixed)
+    K = np.asarray(gplvm._prior_cov(res.Y, "rbf", prior, sg.JITTER))
+    lam = np.asarray(gplvm.precisions(jnp.asarray(K), res.free["log_lam"]))
+    cond = max(np.linalg.cond(np.eye(n) + np.sqrt(l)[:, None] * K * np.sqrt(l)[None, :]) for l in lam.T)
+    objective = functools.partial(gplvm.bound, model=model, prior_kernel="rbf")
+    rounding = 1e-16 * cond * lam.size * (1.0 + abs(res.elbo))
+    assert float(objective(res.free, res.fixed, res.Y, res.Z)) == pytest.approx(res.elbo, abs=rounding)
