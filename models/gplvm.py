@@ -354,10 +354,9 @@ def bound(free, fixed, Y, Z, *, model, prior_kernel, jitter=sg.JITTER):
     optimised parameters, ``fixed`` the others (same keys: ``mubar``/``log_lam`` (N, Q) or, for
     the unsupervised model, ``mean``/``log_var``; ``inducing`` (M, Q); ``log_alpha`` (Q,);
     ``log_variance``; ``log_beta``; ``log_prior`` the latent-prior kernel's)."""
-    p, kp, prior_params, beta = _unpack(free, fixed)
+    p, _, prior_params, _ = _unpack(free, fixed)
     mu, var, kl = _q_x(model, p, prior_params, Y, prior_kernel, jitter, k_grad="log_prior" in free)
-    stats = sg.psi_statistics("rbf_ard", kp, mu, var, p["inducing"])
-    return sg.collapsed_bound(Z, stats, sg.kernel("rbf_ard", kp, p["inducing"]), beta, jitter) - kl
+    return _data_term(mu, var, free, fixed, Z, jitter) - kl
 
 
 def _q_u(kp, inducing, stats, Z, beta, jitter):
@@ -375,6 +374,7 @@ def _q_u(kp, inducing, stats, Z, beta, jitter):
 # Fitting
 # ----------------------------------------------------------------------------------------------
 OPTIMIZERS = ("natural", "lbfgs")
+_MIN_RHO = 2.0**-30  # below it the natural step is refused for this sweep (the bound's rounding)
 
 
 def _host_factor(K, lam, r=None):
@@ -410,7 +410,7 @@ def _host_factor(K, lam, r=None):
 
 
 def _data_term(mu, var, hyper, fixed, Z, jitter):
-    """F~(mu, diag S; hyperparameters): the bound without its KL term (it depends on q(X) only
+    """F~(mu, diag S; hyperparameters): the bound (5.20) without its KL term (it depends on q(X) only
     through the means and marginal variances, via the Psi statistics)."""
     p, kp, _, beta = _unpack(hyper, fixed)
     stats = sg.psi_statistics("rbf_ard", kp, mu, var, p["inducing"])
@@ -503,7 +503,7 @@ def _fit_natural(free, fixed, Y, Z, *, prior_kernel, jitter, max_steps, tol, hyp
 
     prob = _NaturalProblem(free, fixed, Y, Z, prior_kernel=prior_kernel, jitter=jitter)
     floor = prob.floor
-    lam = np.exp(np.asarray(free["log_lam"], dtype=np.float64)) + floor
+    lam = np.asarray(precisions(jnp.asarray(prob.K), free["log_lam"]))
     hyper = {k: v for k, v in free.items() if k not in ("mubar", "log_lam")}
     flat, unravel = ravel_pytree(hyper)
     mubar, mu, var, kl = prob.moments(np.array(free["mubar"], dtype=np.float64), lam)
@@ -559,9 +559,6 @@ def _fit_natural(free, fixed, Y, Z, *, prior_kernel, jitter, max_steps, tol, hyp
     out = {**hyper, "mubar": jnp.asarray(mubar), "log_lam": jnp.asarray(np.log(lam - floor))}
     return out, current, {"steps": step + 1, "converged": converged, "message": message, "trace": trace,
                           "optimizer": "natural", "step_sizes": np.asarray(rhos)}
-
-
-_MIN_RHO = 2.0**-30  # below it the natural step is refused for this sweep (the bound's rounding)
 
 
 def _pca(Y, Q):
