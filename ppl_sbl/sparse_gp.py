@@ -170,28 +170,31 @@ def psi_statistics(name, params, mu, S, Z):
     inputs ``Z`` (M, Q). Only the marginals of q(X) enter (each term involves one x_n)."""
     if name == "rbf_ard":
         var, a = params["variance"], params["alpha"]
-        N = mu.shape[0]
-        # Psi1_nm = s2 prod_q (a_q S_nq + 1)^-1/2 exp(-a_q (mu_nq - z_mq)^2 / (2 (a_q S_nq + 1)))
+        N, M = mu.shape[0], Z.shape[0]
+        # Psi1_nm = s2 prod_q (a_q S_nq + 1)^-1/2 exp(-a_q (mu_nq - z_mq)^2 / (2 (a_q S_nq + 1)));
+        # with c = a / (a S + 1) the exponent's sum over q expands into c.mu_n^2 - 2 (c mu_n).z_m
+        # + c.z_m^2: products of (N, Q) and (Q, M) matrices, no (N, M, Q) array
         d1 = a * S + 1.0  # (N, Q)
-        diff = mu[:, None, :] - Z[None, :, :]  # (N, M, Q)
-        Psi1 = var * jnp.exp(-0.5 * jnp.sum(jnp.log(d1), 1)[:, None]
-                             - 0.5 * jnp.sum(a * diff**2 / d1[:, None, :], -1))
+        c = a / d1
+        e1 = jnp.sum(c * mu**2, 1)[:, None] - 2.0 * (c * mu) @ Z.T + c @ (Z**2).T
+        Psi1 = var * jnp.exp(-0.5 * (jnp.sum(jnp.log(d1), 1)[:, None] + e1))
         # Psi2_mm' = s2^2 sum_n prod_q (2 a_q S_nq + 1)^-1/2
         #            exp(-a_q (z_mq - z_m'q)^2 / 4 - a_q (mu_nq - zbar_q)^2 / (2 a_q S_nq + 1)),
-        # zbar = (z_m + z_m') / 2; with w = a / (2 a S + 1) the second exponent expands into
-        # w.mu^2 - (w mu).(z_m + z_m') + (w.z_m^2 + w.z_m'^2 + 2 (w z_m).z_m') / 4, so the sum over n
-        # is products with matrices (N, M) and (N, M^2): O(N M^2 Q) in GEMMs, no (N, M, M, Q) array
-        M = Z.shape[0]
-        w = a / (2.0 * a * S + 1.0)  # (N, Q)
-        lin = (w * mu) @ Z.T  # (N, M)
-        sq = w @ (Z**2).T  # (N, M)
-        cross = w @ (Z[:, None, :] * Z[None, :, :]).reshape(M * M, -1).T  # (N, M^2)
-        e = (jnp.sum(w * mu**2, 1)[:, None, None] - lin[:, :, None] - lin[:, None, :]
-             + 0.25 * (sq[:, :, None] + sq[:, None, :] + 2.0 * cross.reshape(N, M, M)))
-        logdet = -0.5 * jnp.sum(jnp.log(2.0 * a * S + 1.0), 1)  # (N,)
-        dz = jnp.sum(a * (Z[:, None, :] - Z[None, :, :]) ** 2, -1)  # (M, M)
-        Psi2 = var**2 * jnp.exp(-0.25 * dz) * jnp.sum(jnp.exp(logdet[:, None, None] - e), 0)
-        return PsiStats(N * var, Psi1, Psi2)
+        # zbar = (z_m + z_m') / 2, for the M (M + 1) / 2 pairs m <= m' only (Psi2 is symmetric);
+        # with w = a / (2 a S + 1) the log of the n-th term is one product of an (N, 2Q + 1) and a
+        # (2Q + 1, pairs) matrix: [w mu, w, -w.mu^2 + log-det] . [2 zbar, -zbar^2, 1]: O(N M^2 Q)
+        # in one GEMM, then exp and a sum over n
+        iu, ju = np.triu_indices(M)
+        zbar = 0.5 * (Z[iu] + Z[ju])  # (P, Q)
+        dz = jnp.sum(a * (Z[iu] - Z[ju]) ** 2, 1)  # (P,)
+        d2 = 2.0 * a * S + 1.0
+        w = a / d2
+        head = jnp.concatenate([w * mu, w, (-0.5 * jnp.sum(jnp.log(d2), 1) - jnp.sum(w * mu**2, 1))[:, None]], 1)
+        tail = jnp.concatenate([2.0 * zbar, -(zbar**2), jnp.ones_like(zbar[:, :1])], 1)
+        pairs = var**2 * jnp.exp(-0.25 * dz) * jnp.sum(jnp.exp(head @ tail.T), 0)  # (P,)
+        index = np.zeros((M, M), dtype=np.int64)
+        index[iu, ju] = index[ju, iu] = np.arange(len(iu))
+        return PsiStats(N * var, Psi1, pairs[index])
     if name == "linear":
         a = params["variance"] * jnp.ones(mu.shape[1], mu.dtype)
         psi0 = jnp.sum(a * (mu**2 + S))

@@ -286,11 +286,25 @@ def test_bound_and_gradient_finish_on_a_single_core():
 # ----------------------------------------------------------------------------------------------
 # The natural-gradient fit
 # ----------------------------------------------------------------------------------------------
-def test_host_factor_against_dense_algebra():
+@pytest.mark.parametrize("N", [1, 7, 64, 65, 131, 300])
+def test_triangular_inverse_against_numpy(N):
+    """The recursive in-place inverse of a lower-triangular factor against numpy's inverse, from
+    a single block (N <= 64, LAPACK's trtri) to three levels of recursion, odd sizes included."""
+    rng = np.random.default_rng(N)
+    G = rng.normal(size=(N, N))
+    L = np.linalg.cholesky(G @ G.T / N + np.eye(N))
+    inv = gplvm._triangular_inverse(np.array(L, order="F"))  # a copy: the inverse is in place
+    np.testing.assert_allclose(inv, np.linalg.inv(L), rtol=0, atol=1e-12 * np.abs(np.linalg.inv(L)).max())
+    assert np.all(np.triu(inv, 1) == 0.0)
+
+
+@pytest.mark.parametrize("N", [30, 131])
+def test_host_factor_against_dense_algebra(N):
     """log|B_q|, diag(B_q^-1) and (I + Lambda_q K)^-1 r_q of :func:`gplvm._host_factor` against
-    numpy's slogdet, inverse and solve, with precisions spanning eight orders of magnitude."""
+    numpy's slogdet, inverse and solve, with precisions spanning eight orders of magnitude (N =
+    131: the triangular inverse recurses)."""
     rng = np.random.default_rng(3)
-    N, Q = 30, 4
+    Q = 4
     X = rng.normal(size=(N, 3))
     K = np.exp(-0.5 * np.sum((X[:, None] - X[None]) ** 2, -1)) + 1e-6 * np.eye(N)
     lam = np.exp(rng.uniform(-9, 9, size=(Q, N)))
