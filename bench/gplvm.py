@@ -23,7 +23,11 @@ Per N:
 
 * what the natural-gradient fit (the default) evaluates instead: the bound and its gradient in
   q(X)'s means and marginal variances and the hyperparameters (``gplvm._NaturalProblem``: one
-  potrf and one trtri per latent dimension, no B_q^-1 in full), its ratio to JAX's Cholesky.
+  potrf and one triangular inverse per latent dimension, no B_q^-1 in full), its ratio to JAX's
+  Cholesky, and its two parts: q(X)'s moments (the N x N work) and the data term's value and
+  gradient (the Psi statistics); beside them LAPACK's trtri over its potrf on the same matrices
+  (the triangular inverse has as many flops as the factorisation, N^3 / 3, so a ratio above 1 is
+  the library's speed on it).
 
 Whole fits (``--fit-sizes``, default 500 and 1797, each with every one of ``--optimizers``;
 ``--fit-steps`` sweeps or L-BFGS iterations at most, 300 and 40 by default): seconds, iterations,
@@ -120,9 +124,20 @@ def time_size(N, args):
 
     natural = (float(natural_evaluation()),)
     t_nat = median_time(natural_evaluation, args.reps)
+    # its two parts: q(X)'s moments (potrf, log|B_q|, diag B_q^-1 per latent dimension) and the
+    # data term's value and gradient (the Psi statistics, no N x N work)
+    _, mu0, var0, _ = prob.moments(mubar0, lam0)
+    t_moments = median_time(lambda: prob.moments(mubar0, lam0), args.reps)
+    t_data = median_time(lambda: jax.block_until_ready(prob.gradient(mu0, var0, hyper)), args.reps)
+    # LAPACK's own triangular inverse against the factorisation, on the same factors
+    factors = [np.asfortranarray(lapack.dpotrf(b, lower=1, clean=1)[0]) for b in Bn]
+    t_trtri = median_time(lambda: [lapack.dtrtri(c, lower=1) for c in factors], args.reps)
     row = {"n": N, "latent_dim": args.latent_dim, "num_inducing": args.num_inducing,
            "natural_bound_and_grad_seconds": t_nat, "natural_ratio_to_jax_cholesky": t_nat / t_chol,
-           "natural_bound": natural[0], "bound_and_grad_seconds": t_vg,
+           "natural_bound": natural[0], "natural_moments_seconds": t_moments,
+           "natural_data_term_seconds": t_data, "natural_moments_over_jax_cholesky": t_moments / t_chol,
+           "natural_data_term_over_jax_cholesky": t_data / t_chol, "lapack_trtri_over_potrf": t_trtri / t_potrf,
+           "bound_and_grad_seconds": t_vg,
            "bound_seconds": t_v, "jax_cholesky_seconds": t_chol, "lapack_potrf_seconds": t_potrf,
            "lapack_inverse_seconds": t_inverse, "ratio_to_jax_cholesky": t_vg / t_chol,
            "ratio_to_lapack_potrf": t_vg / t_potrf, "ratio_to_lapack_inverse": t_vg / t_inverse,
@@ -130,7 +145,8 @@ def time_size(N, args):
            "bound": float(value(free, fixed, Y, Z))}
     print(f"{N:>5} | {t_nat:10.4f} {t_vg:10.4f} {t_v:9.4f} | {t_chol:10.4f} {t_potrf:10.4f} {t_inverse:10.4f} | "
           f"{t_nat / t_chol:9.2f} {t_vg / t_chol:9.2f} {t_vg / t_potrf:9.2f} {t_vg / t_inverse:9.2f} | "
-          f"{t_inverse / t_chol:9.2f}", flush=True)
+          f"{t_inverse / t_chol:9.2f} | {t_moments / t_chol:7.2f} {t_data / t_chol:7.2f} {t_trtri / t_potrf:7.2f}",
+          flush=True)
     return row
 
 
@@ -187,7 +203,8 @@ def main(argv=None):
     print(f"# GPLVM benchmark  {env['date']}  backend={jax.default_backend()}  cpus={env['cpu_count']}  "
           f"load={env['load_average']}  Q={args.latent_dim}  M={args.num_inducing}", flush=True)
     print("\n    N |  natural s exact grad s  bound s | Q chol JAX s  Q potrf s Q inverse s | natural / chol JAX | "
-          "exact: / chol JAX  / potrf  / inverse | inverse / chol JAX", flush=True)
+          "exact: / chol JAX  / potrf  / inverse | inverse / chol JAX | natural's parts / chol JAX: moments, data "
+          "term | LAPACK trtri / potrf", flush=True)
     out = args.out.replace(".json", "_quick.json") if args.quick else args.out
     os.makedirs(os.path.dirname(out), exist_ok=True)
     record = {"benchmark": "supervised GPLVM bound and gradient vs Q Cholesky factorisations", "environment": env,

@@ -64,6 +64,7 @@ options override the quick settings.
 Usage::
 
     python bench/gplvm_experiments.py | tee bench/results/gplvm_experiments.log
+    python bench/gplvm_experiments.py --optimizer lbfgs | tee bench/results/gplvm_experiments_lbfgs.log
     python bench/gplvm_experiments.py --quick --out-dir /tmp/gplvm
     python bench/gplvm_experiments.py --n-points 300 --folds 3 --max-steps 500
 """
@@ -384,7 +385,7 @@ def main(argv=None):
     import ppl_sbl  # noqa: F401  (float64 on)
 
     os.makedirs(args.out_dir, exist_ok=True)
-    suffix = "_quick" if args.quick else ""
+    suffix = ("_quick" if args.quick else "") + ("_lbfgs" if args.optimizer == "lbfgs" else "")
     env = environment("sklearn")
     mode = "quick" if args.quick else "full"
     log(f"# supervised GPLVM experiments, Sauer's thesis ch. 5 ({mode})  {env['date']}  "

@@ -211,6 +211,9 @@ def test_classifier_estimator_any_labels():
         assert np.all(clf.predict(Y)[sure] == clf.classes_[proba[sure].argmax(1)])
         assert clf.score(Y, labels) > 0.9
         assert clf.transform(Y[:3]).shape == (3, 2)
+    for optimizer in ("natural", "lbfgs"):  # passed through to the fit, and a parameter for clone / GridSearchCV
+        clf = GPLVMClassifier(latent_dim=2, num_inducing=5, max_steps=5, optimizer=optimizer).fit(Y, labels)
+        assert clf.result_.info["optimizer"] == optimizer and clf.get_params()["optimizer"] == optimizer
     with pytest.raises(ValueError, match="at least two classes"):
         GPLVMClassifier().fit(Y, np.zeros(len(Y)))
     with pytest.raises(ValueError, match="`classifier` must be"):
