@@ -8,8 +8,10 @@ the supervised model with the RBF latent prior, Q = ``--latent-dim`` (20) latent
 
 Per N:
 
-* one evaluation of the bound and its gradient (``jax.value_and_grad``, compiled once; median
-  of ``--reps`` runs) and of the bound alone;
+* one evaluation of the bound and its gradient (``jax.value_and_grad``, compiled once) and of
+  the bound alone; every time below is the median of ``--reps`` (15) rounds in which each timed
+  function runs once in turn (:func:`interleaved_medians`), so that the reference and the
+  evaluations share the machine's state;
 * the reference: the Q Cholesky factorisations of the N x N matrices B_q = I + A_q K_Y A_q the
   bound needs, as JAX does them (``vmap(jnp.linalg.cholesky)``, compiled) and as LAPACK's dpotrf
   does them (scipy, one after the other) — the bound cannot avoid them (log|B_q| and q(X)'s
@@ -35,8 +37,12 @@ bound, converged, latent dimensions ARD kept.
 
 Usage::
 
-    python bench/gplvm.py | tee bench/results/gplvm_cpu.log
+    OPENBLAS_NUM_THREADS=1 taskset -c 0 python bench/gplvm.py | tee bench/results/gplvm_cpu.log
     python bench/gplvm.py --quick
+
+(one core and one BLAS thread for the record: JAX's batched Cholesky runs one factorisation
+after the other on one thread, and so does the bound; on this 2-core VM OpenBLAS's second thread
+made the 200 x 200 factorisations slower, not faster.)
 """
 from __future__ import annotations
 
@@ -52,15 +58,22 @@ sys.path.insert(0, HERE)
 from _common import environment, loglog_fit  # noqa: E402
 
 
-def median_time(fn, reps):
+def interleaved_medians(functions, reps):
+    """The median wall time of each of ``functions`` (name -> callable, each called once first to
+    warm it) over ``reps`` rounds, every round calling each function once in turn: the reference
+    and the timed evaluation see the same state of a shared machine (on this 2-core VM a
+    function timed a minute after another could run at half the speed)."""
     import numpy as np
 
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
+    for fn in functions.values():
         fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+    times = {name: [] for name in functions}
+    for _ in range(reps):
+        for name, fn in functions.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: float(np.median(ts)) for name, ts in times.items()}
 
 
 def problem(N, args):
@@ -92,10 +105,6 @@ def time_size(N, args):
 
     vg = jax.jit(jax.value_and_grad(objective))
     value = jax.jit(objective)
-    jax.block_until_ready(vg(free, fixed, Y, Z))
-    jax.block_until_ready(value(free, fixed, Y, Z))
-    t_vg = median_time(lambda: jax.block_until_ready(vg(free, fixed, Y, Z)), args.reps)
-    t_v = median_time(lambda: jax.block_until_ready(value(free, fixed, Y, Z)), args.reps)
 
     # the matrices the bound factorises
     prior = {k: jnp.exp(v) for k, v in fixed["log_prior"].items()}
@@ -104,12 +113,7 @@ def time_size(N, args):
     a = jnp.sqrt(lam.T)  # (Q, N)
     B = jnp.eye(N)[None] + a[:, :, None] * K[None] * a[:, None, :]
     chol = jax.jit(jax.vmap(jnp.linalg.cholesky))
-    jax.block_until_ready(chol(B))
-    t_chol = median_time(lambda: jax.block_until_ready(chol(B)), args.reps)
     Bn = np.asarray(B)
-    t_potrf = median_time(lambda: [lapack.dpotrf(b, lower=1, clean=0) for b in Bn], args.reps)
-    # the floor for what the gradient needs: (S o S) g uses every entry of S_q, i.e. B_q^-1 in full
-    t_inverse = median_time(lambda: gplvm._host_inverse(np.asarray(K), np.asarray(lam.T)), args.reps)
     # what the natural-gradient fit evaluates: the bound and its gradient in (mu, diag S) and the
     # hyperparameters (one Cholesky factorisation and one triangular inverse per latent dimension)
     # (K_Y and the compiled data term are built once per fit, as in the fit)
@@ -123,15 +127,26 @@ def time_size(N, args):
         return jax.block_until_ready(F) - kl
 
     natural = (float(natural_evaluation()),)
-    t_nat = median_time(natural_evaluation, args.reps)
     # its two parts: q(X)'s moments (potrf, log|B_q|, diag B_q^-1 per latent dimension) and the
     # data term's value and gradient (the Psi statistics, no N x N work)
     _, mu0, var0, _ = prob.moments(mubar0, lam0)
-    t_moments = median_time(lambda: prob.moments(mubar0, lam0), args.reps)
-    t_data = median_time(lambda: jax.block_until_ready(prob.gradient(mu0, var0, hyper)), args.reps)
     # LAPACK's own triangular inverse against the factorisation, on the same factors
     factors = [np.asfortranarray(lapack.dpotrf(b, lower=1, clean=1)[0]) for b in Bn]
-    t_trtri = median_time(lambda: [lapack.dtrtri(c, lower=1) for c in factors], args.reps)
+    Kn, lamT = np.asarray(K), np.asarray(lam.T)
+    t = interleaved_medians({
+        "chol": lambda: jax.block_until_ready(chol(B)),
+        "natural": natural_evaluation,
+        "vg": lambda: jax.block_until_ready(vg(free, fixed, Y, Z)),
+        "v": lambda: jax.block_until_ready(value(free, fixed, Y, Z)),
+        "potrf": lambda: [lapack.dpotrf(b, lower=1, clean=0) for b in Bn],
+        # the floor for what the exact gradient needs: (S o S) g uses every entry of S_q, i.e. B_q^-1 in full
+        "inverse": lambda: gplvm._host_inverse(Kn, lamT),
+        "moments": lambda: prob.moments(mubar0, lam0),
+        "data": lambda: jax.block_until_ready(prob.gradient(mu0, var0, hyper)),
+        "trtri": lambda: [lapack.dtrtri(c, lower=1) for c in factors],
+    }, args.reps)
+    t_chol, t_nat, t_vg, t_v, t_potrf, t_inverse, t_moments, t_data, t_trtri = (
+        t[k] for k in ("chol", "natural", "vg", "v", "potrf", "inverse", "moments", "data", "trtri"))
     row = {"n": N, "latent_dim": args.latent_dim, "num_inducing": args.num_inducing,
            "natural_bound_and_grad_seconds": t_nat, "natural_ratio_to_jax_cholesky": t_nat / t_chol,
            "natural_bound": natural[0], "natural_moments_seconds": t_moments,
@@ -188,7 +203,7 @@ def main(argv=None):
                    help="the fits' optimizers, each run at every --fit-sizes (default both)")
     p.add_argument("--latent-dim", type=int, default=20)
     p.add_argument("--num-inducing", type=int, default=30)
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--reps", type=int, default=15)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=os.path.join(HERE, "results", "gplvm_cpu.json"))
     args = p.parse_args(argv)
@@ -201,7 +216,8 @@ def main(argv=None):
 
     env = environment("sklearn")
     print(f"# GPLVM benchmark  {env['date']}  backend={jax.default_backend()}  cpus={env['cpu_count']}  "
-          f"load={env['load_average']}  Q={args.latent_dim}  M={args.num_inducing}", flush=True)
+          f"load={env['load_average']}  affinity={env['cpu_affinity']}  blas threads={env['blas_threads_env']}  "
+          f"Q={args.latent_dim}  M={args.num_inducing}", flush=True)
     print("\n    N |  natural s exact grad s  bound s | Q chol JAX s  Q potrf s Q inverse s | natural / chol JAX | "
           "exact: / chol JAX  / potrf  / inverse | inverse / chol JAX | natural's parts / chol JAX: moments, data "
           "term | LAPACK trtri / potrf", flush=True)
