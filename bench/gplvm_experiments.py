@@ -55,8 +55,10 @@ scaled to the largest, log scale, the 1e-3 threshold drawn) (Fig. 5.3 a).
 
 Cost: the supervised and autoencoder fits are O(Q N^3) per bound evaluation (section 5.4). With
 L-BFGS (``--optimizer lbfgs``), on a 2-core CPU shared with other jobs, 20 L-BFGS steps at N = 400, Q = 20, M = 30 took about 15 s
-(supervised RBF), 11 s (LIN) and 12 s (autoencoder), 4 s (unsupervised), so a full run (25 fits
-of up to 1000 steps) may take hours. Quick mode (``--quick``: 120 images, 2 folds, latent_dim 6,
+(supervised RBF), 11 s (LIN) and 12 s (autoencoder), 4 s (unsupervised); the recorded L-BFGS run
+(``gplvm_experiments_lbfgs.*``) took 2526 s. With the natural-gradient default a full run (25 fits of
+1000 sweeps or steps) took 2336 s (one OpenBLAS thread, 2-core VM; about 90-155 s per supervised or
+autoencoder fit). Quick mode (``--quick``: 120 images, 2 folds, latent_dim 6,
 num_inducing 12, 40 sweeps or L-BFGS steps, forests of 50 trees; the fits stop at the step cap, so the
 numbers are a smoke test, not results) took about 40 s on that CPU (one OpenBLAS thread). Explicit
 options override the quick settings.
