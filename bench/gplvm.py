@@ -37,12 +37,14 @@ bound, converged, latent dimensions ARD kept.
 
 Usage::
 
-    OPENBLAS_NUM_THREADS=1 taskset -c 0 python bench/gplvm.py | tee bench/results/gplvm_cpu.log
+    OPENBLAS_NUM_THREADS=1 python bench/gplvm.py | tee bench/results/gplvm_cpu.log
     python bench/gplvm.py --quick
 
-(one core and one BLAS thread for the record: JAX's batched Cholesky runs one factorisation
-after the other on one thread, and so does the bound; on this 2-core VM OpenBLAS's second thread
-made the 200 x 200 factorisations slower, not faster.)
+(one BLAS thread for the record: JAX's batched Cholesky runs one factorisation after the other,
+and so does the bound; on the 2-core VM of the record OpenBLAS's second thread made JAX's 200 x
+200 factorisations slower, not faster. Not pinned to one core: with one core the exact gradient
+has no thread left for its LAPACK callback and takes JAX's slower route, see
+``gplvm._host_lapack``.)
 """
 from __future__ import annotations
 
