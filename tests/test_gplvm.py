@@ -322,6 +322,32 @@ def test_host_factor_against_dense_algebra(N):
                                    atol=1e-9 * np.abs(r[q]).max())
 
 
+@pytest.mark.parametrize("chunk_dims", [1, 3])
+def test_host_factor_chunks_and_failed_factorisations(chunk_dims):
+    """:func:`gplvm._host_factor` in chunks of 1 and 3 latent dimensions (the last chunk shorter)
+    against numpy's inverse, slogdet and solve; a B_q whose Cholesky factorisation fails (LAPACK's
+    info > 0) gives NaN for that dimension only, the others are unchanged."""
+    rng = np.random.default_rng(5)
+    N, Q = 40, 5
+    X = rng.normal(size=(N, 3))
+    # an indefinite K (diagonal 1 - 2 = -1): B_q = I + A K A stays positive definite for small
+    # precisions (lambda < 1 / (2 - lambda_min(K + 2 I)) <= 1 / 2) and is not for large ones
+    K = np.exp(-0.5 * np.sum((X[:, None] - X[None]) ** 2, -1)) - 2.0 * np.eye(N)
+    lam = np.exp(rng.uniform(-8, np.log(0.4), size=(Q, N)))
+    lam[2, :] = 50.0  # B_2's first pivot 1 - 50: potrf stops there
+    r = rng.normal(size=(Q, N))
+    dinv, logdet, sol = gplvm._host_factor(K, lam, r, chunk_elements=chunk_dims * N * N)
+    assert np.all(np.isnan(dinv[2])) and np.isnan(logdet[2]) and np.all(np.isnan(sol[2]))
+    for q in (0, 1, 3, 4):
+        a = np.sqrt(lam[q])
+        B = np.eye(N) + a[:, None] * K * a[None, :]
+        assert np.linalg.eigvalsh(B).min() > 0
+        np.testing.assert_allclose(dinv[q], np.diag(np.linalg.inv(B)), rtol=1e-9)
+        assert logdet[q] == pytest.approx(np.linalg.slogdet(B)[1], rel=1e-10)
+        np.testing.assert_allclose(sol[q], np.linalg.solve(np.eye(N) + lam[q][:, None] * K, r[q]), rtol=1e-7,
+                                   atol=1e-9 * np.abs(r[q]).max())
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_natural_gradient_is_the_gradient_in_means_and_variances(seed):
     """The gradient in (mu_q, diag S_q) of :func:`gplvm.natural_gradient` against JAX's

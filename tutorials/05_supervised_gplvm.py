@@ -518,8 +518,8 @@ plt.show()
 # bound kept fewer dimensions and classified worse by 1-NN: with the RBF latent prior the natural
 # fits reached a mean bound of 4892 with 2 to 4 dimensions kept and 88% 1-NN accuracy, the L-BFGS
 # fits -2929 with 7 to 10 dimensions and 96% (`bench/results/gplvm_experiments.log` and
-# `gplvm_experiments_lbfgs.log`). The bound is the right yardstick for comparing *models of the same labels*
-# (next cell); test accuracy remains the yardstick for a classifier, so measure it.
+# `gplvm_experiments_lbfgs.log`). The bound is the right yardstick for comparing *models of the
+# same labels* (next cell); test accuracy remains the yardstick for a classifier, so measure it.
 #
 # **Choosing $Q$ by the bound.** The bound approximates $\log p(Z \mid Y)$, so it can rank
 # supervised fits that differ in the latent dimension (or the prior kernel, or $M$):
