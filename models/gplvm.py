@@ -465,9 +465,27 @@ def _data_term(mu, var, hyper, fixed, Z, jitter):
 
 @functools.lru_cache(maxsize=None)
 def _data_term_functions(jitter):
+    """F~ compiled once per jitter: its value; its value and gradient in (mu, diag S, the
+    hyperparameters); in (mu, diag S) only (the q(X) step, which does not use the rest); in the
+    hyperparameters only (their L-BFGS steps)."""
     f = functools.partial(_data_term, jitter=jitter)
     return (jax.jit(f), jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2))),
-            jax.jit(jax.value_and_grad(f, argnums=2)))
+            jax.jit(jax.value_and_grad(f, argnums=(0, 1))), jax.jit(jax.value_and_grad(f, argnums=2)))
+
+
+def _flat(tree):
+    """(the leaves of ``tree`` as one float64 numpy vector, the inverse: a vector to the same tree
+    of numpy arrays): ``ravel_pytree`` without its per-call JAX operations, for the L-BFGS loop,
+    whose jitted objective takes numpy leaves directly."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    shapes = [np.shape(leaf) for leaf in leaves]
+    ends = np.cumsum([int(np.prod(s)) for s in shapes])
+
+    def unflatten(v):
+        parts = np.split(np.asarray(v, dtype=np.float64), ends[:-1])
+        return jax.tree_util.tree_unflatten(treedef, [x.reshape(s) for x, s in zip(parts, shapes)])
+
+    return np.concatenate([np.ravel(np.asarray(leaf, dtype=np.float64)) for leaf in leaves]), unflatten
 
 
 class _NaturalProblem:
@@ -477,7 +495,7 @@ class _NaturalProblem:
     :func:`_host_factor`."""
 
     def __init__(self, free, fixed, Y, Z, *, prior_kernel, jitter):
-        self.F_value, self.F_grad, self.F_hyper = _data_term_functions(jitter)
+        self.F_value, self.F_grad, self.F_q, self.F_hyper = _data_term_functions(jitter)
         _, _, prior_params, _ = _unpack(free, fixed)
         self.K = np.asarray(_prior_cov(Y, prior_kernel, prior_params, jitter))
         self.floor = LAMBDA_FLOOR / float(np.mean(np.diag(self.K)))
@@ -496,12 +514,16 @@ class _NaturalProblem:
         return mubar, mu, var, kl
 
     def value(self, mu, var, kl, hyper):
-        v = float(self.F_value(jnp.asarray(mu), jnp.asarray(var), hyper, self.fixed, self.Z)) - kl
+        v = float(self.F_value(mu, var, hyper, self.fixed, self.Z)) - kl  # numpy in: no device_put per array
         return v if np.isfinite(v) else -np.inf
 
     def gradient(self, mu, var, hyper):
         """F~ and its gradients in the means, the marginal variances and the hyperparameters."""
-        return self.F_grad(jnp.asarray(mu), jnp.asarray(var), hyper, self.fixed, self.Z)
+        return self.F_grad(mu, var, hyper, self.fixed, self.Z)
+
+    def q_gradient(self, mu, var, hyper):
+        """F~ and its gradients in the means and marginal variances only (the q(X) step)."""
+        return self.F_q(mu, var, hyper, self.fixed, self.Z)
 
 
 def natural_gradient(free, fixed, Y, Z, *, prior_kernel="rbf", jitter=sg.JITTER):
@@ -545,13 +567,12 @@ def _fit_natural(free, fixed, Y, Z, *, prior_kernel, jitter, max_steps, tol, hyp
     Converged when one sweep raises the bound by at most ``tol`` |bound|.
     Returns (free, bound, info) like :func:`ppl_sbl.sparse_gp.maximize`."""
     import scipy.optimize
-    from jax.flatten_util import ravel_pytree
 
     prob = _NaturalProblem(free, fixed, Y, Z, prior_kernel=prior_kernel, jitter=jitter)
     floor = prob.floor
     lam = np.asarray(precisions(jnp.asarray(prob.K), free["log_lam"]))
-    hyper = {k: v for k, v in free.items() if k not in ("mubar", "log_lam")}
-    flat, unravel = ravel_pytree(hyper)
+    flat, unravel = _flat({k: v for k, v in free.items() if k not in ("mubar", "log_lam")})
+    hyper = unravel(flat)
     mubar, mu, var, kl = prob.moments(np.array(free["mubar"], dtype=np.float64), lam)
     current = prob.value(mu, var, kl, hyper)
     if not np.isfinite(current):
@@ -565,7 +586,7 @@ def _fit_natural(free, fixed, Y, Z, *, prior_kernel, jitter, max_steps, tol, hyp
     for step in range(int(max_steps)):
         start = current
         # q(X): the damped fixed-point step
-        _, (g_mu, g_var, _) = prob.gradient(mu, var, hyper)
+        _, (g_mu, g_var) = prob.q_gradient(mu, var, hyper)
         target = -2.0 * np.asarray(g_var)
         r = np.asarray(g_mu) - mubar
         rho = min(1.0, 2.0 * rho)
@@ -579,20 +600,18 @@ def _fit_natural(free, fixed, Y, Z, *, prior_kernel, jitter, max_steps, tol, hyp
             rho *= 0.5
         rhos.append(rho)
         # hyperparameters with q(X) held
-        mu_j, var_j = jnp.asarray(mu), jnp.asarray(var)
-
-        def negative(v):
-            val, g = prob.F_hyper(mu_j, var_j, unravel(jnp.asarray(v)), fixed, Z)
-            val, g = float(val), np.asarray(ravel_pytree(g)[0])
+        def negative(v, mu=mu, var=var):
+            val, g = prob.F_hyper(mu, var, unravel(v), fixed, Z)
+            val, g = float(val), _flat(g)[0]
             if not np.isfinite(val) or not np.all(np.isfinite(g)):
                 return np.inf, np.zeros_like(g)
             return -val, -g
 
-        res = scipy.optimize.minimize(negative, np.asarray(flat, dtype=np.float64), jac=True, method="L-BFGS-B",
+        res = scipy.optimize.minimize(negative, flat, jac=True, method="L-BFGS-B",
                                       options={"maxiter": int(hyper_steps), "maxcor": 20})
         if np.isfinite(res.fun) and -res.fun - kl >= current:
             flat = np.asarray(res.x)
-            hyper, current = unravel(jnp.asarray(flat)), -float(res.fun) - kl
+            hyper, current = unravel(flat), -float(res.fun) - kl
         trace.append(current)
         if bar is not None:
             bar.update(1)
@@ -602,7 +621,8 @@ def _fit_natural(free, fixed, Y, Z, *, prior_kernel, jitter, max_steps, tol, hyp
             break
     if bar is not None:
         bar.close()
-    out = {**hyper, "mubar": jnp.asarray(mubar), "log_lam": jnp.asarray(np.log(lam - floor))}
+    out = {**jax.tree_util.tree_map(jnp.asarray, hyper), "mubar": jnp.asarray(mubar),
+           "log_lam": jnp.asarray(np.log(lam - floor))}
     return out, current, {"steps": step + 1, "converged": converged, "message": message, "trace": trace,
                           "optimizer": "natural", "step_sizes": np.asarray(rhos)}
 
