@@ -10,8 +10,9 @@ Per N:
 
 * one evaluation of the bound and its gradient (``jax.value_and_grad``, compiled once) and of
   the bound alone; every time below is the median of ``--reps`` (15) rounds in which each timed
-  function runs once in turn (:func:`interleaved_medians`), so that the reference and the
-  evaluations share the machine's state;
+  function runs once in turn (:func:`interleaved_timings`), so that the reference and the
+  evaluations share the machine's state; the minimum over the rounds beside it for the reference
+  and the natural evaluation;
 * the reference: the Q Cholesky factorisations of the N x N matrices B_q = I + A_q K_Y A_q the
   bound needs, as JAX does them (``vmap(jnp.linalg.cholesky)``, compiled) and as LAPACK's dpotrf
   does them (scipy, one after the other) — the bound cannot avoid them (log|B_q| and q(X)'s
@@ -19,7 +20,8 @@ Per N:
 * the floor for the gradient: (S_q o S_q) g needs every entry of S_q = A^-1 (I - B_q^-1) A^-1,
   so B_q^-1 in full: LAPACK's potrf then potri (N^3 flops against the Cholesky's N^3 / 3), as
   the bound computes it (``gplvm._host_inverse``, B_q built in place);
-* the ratio bound-and-gradient / JAX Cholesky (the goal: at most 3 at every N), the ratios to the
+* the ratio bound-and-gradient / JAX Cholesky (the goal: at most 3 at every N, for the medians and
+  for the minima), the ratios to the
   other references, the inverse's own ratio to JAX's Cholesky, and the log-log slope of each time
   in N.
 
@@ -60,11 +62,14 @@ sys.path.insert(0, HERE)
 from _common import environment, loglog_fit  # noqa: E402
 
 
-def interleaved_medians(functions, reps):
-    """The median wall time of each of ``functions`` (name -> callable, each called once first to
-    warm it) over ``reps`` rounds, every round calling each function once in turn: the reference
-    and the timed evaluation see the same state of a shared machine (on this 2-core VM a
-    function timed a minute after another could run at half the speed)."""
+def interleaved_timings(functions, reps):
+    """(median, minimum) wall time of each of ``functions`` (name -> callable, each called once
+    first to warm it) over ``reps`` rounds, every round calling each function once in turn: the
+    reference and the timed evaluation see the same state of a shared machine (on this 2-core VM a
+    function timed a minute after another could run at half the speed). The minimum is each
+    function's cost when nothing disturbed it (noise only adds time); the median is what a run
+    typically sees. JAX's batched Cholesky at N = 100 spreads widely between rounds (its fastest
+    rounds about half its median), so the ratios of both are recorded."""
     import numpy as np
 
     for fn in functions.values():
@@ -75,7 +80,8 @@ def interleaved_medians(functions, reps):
             t = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t)
-    return {name: float(np.median(ts)) for name, ts in times.items()}
+    return ({name: float(np.median(ts)) for name, ts in times.items()},
+            {name: float(np.min(ts)) for name, ts in times.items()})
 
 
 def problem(N, args):
@@ -135,7 +141,7 @@ def time_size(N, args):
     # LAPACK's own triangular inverse against the factorisation, on the same factors
     factors = [np.asfortranarray(lapack.dpotrf(b, lower=1, clean=1)[0]) for b in Bn]
     Kn, lamT = np.asarray(K), np.asarray(lam.T)
-    t = interleaved_medians({
+    t, t_min = interleaved_timings({
         "chol": lambda: jax.block_until_ready(chol(B)),
         "natural": natural_evaluation,
         "vg": lambda: jax.block_until_ready(vg(free, fixed, Y, Z)),
@@ -149,8 +155,12 @@ def time_size(N, args):
     }, args.reps)
     t_chol, t_nat, t_vg, t_v, t_potrf, t_inverse, t_moments, t_data, t_trtri = (
         t[k] for k in ("chol", "natural", "vg", "v", "potrf", "inverse", "moments", "data", "trtri"))
+    nat_min_ratio = t_min["natural"] / t_min["chol"]
     row = {"n": N, "latent_dim": args.latent_dim, "num_inducing": args.num_inducing,
            "natural_bound_and_grad_seconds": t_nat, "natural_ratio_to_jax_cholesky": t_nat / t_chol,
+           "natural_min_seconds": t_min["natural"], "jax_cholesky_min_seconds": t_min["chol"],
+           "natural_min_ratio_to_jax_cholesky": nat_min_ratio,
+           "min_ratio_to_jax_cholesky": t_min["vg"] / t_min["chol"],
            "natural_bound": natural[0], "natural_moments_seconds": t_moments,
            "natural_data_term_seconds": t_data, "natural_moments_over_jax_cholesky": t_moments / t_chol,
            "natural_data_term_over_jax_cholesky": t_data / t_chol, "lapack_trtri_over_potrf": t_trtri / t_potrf,
@@ -161,7 +171,7 @@ def time_size(N, args):
            "lapack_inverse_over_jax_cholesky": t_inverse / t_chol,
            "bound": float(value(free, fixed, Y, Z))}
     print(f"{N:>5} | {t_nat:10.4f} {t_vg:10.4f} {t_v:9.4f} | {t_chol:10.4f} {t_potrf:10.4f} {t_inverse:10.4f} | "
-          f"{t_nat / t_chol:9.2f} {t_vg / t_chol:9.2f} {t_vg / t_potrf:9.2f} {t_vg / t_inverse:9.2f} | "
+          f"{t_nat / t_chol:9.2f} {nat_min_ratio:9.2f} | {t_vg / t_chol:9.2f} {t_vg / t_potrf:9.2f} {t_vg / t_inverse:9.2f} | "
           f"{t_inverse / t_chol:9.2f} | {t_moments / t_chol:7.2f} {t_data / t_chol:7.2f} {t_trtri / t_potrf:7.2f}",
           flush=True)
     return row
@@ -220,8 +230,8 @@ def main(argv=None):
     print(f"# GPLVM benchmark  {env['date']}  backend={jax.default_backend()}  cpus={env['cpu_count']}  "
           f"load={env['load_average']}  affinity={env['cpu_affinity']}  blas threads={env['blas_threads_env']}  "
           f"Q={args.latent_dim}  M={args.num_inducing}", flush=True)
-    print("\n    N |  natural s exact grad s  bound s | Q chol JAX s  Q potrf s Q inverse s | natural / chol JAX | "
-          "exact: / chol JAX  / potrf  / inverse | inverse / chol JAX | natural's parts / chol JAX: moments, data "
+    print("\n    N |  natural s exact grad s  bound s | Q chol JAX s  Q potrf s Q inverse s | natural / chol JAX: "
+          "medians, minima | exact: / chol JAX  / potrf  / inverse | inverse / chol JAX | natural's parts / chol JAX: moments, data "
           "term | LAPACK trtri / potrf", flush=True)
     out = args.out.replace(".json", "_quick.json") if args.quick else args.out
     os.makedirs(os.path.dirname(out), exist_ok=True)
@@ -246,6 +256,9 @@ def main(argv=None):
         "slope_natural": slope(args.sizes, [r["natural_bound_and_grad_seconds"] for r in rows]),
         "max_natural_ratio_to_jax_cholesky": max(r["natural_ratio_to_jax_cholesky"] for r in rows),
         "natural_sizes_within_3x_jax_cholesky": [r["n"] for r in rows if r["natural_ratio_to_jax_cholesky"] <= 3.0],
+        "max_natural_min_ratio_to_jax_cholesky": max(r["natural_min_ratio_to_jax_cholesky"] for r in rows),
+        "natural_sizes_within_3x_jax_cholesky_minima": [r["n"] for r in rows
+                                                        if r["natural_min_ratio_to_jax_cholesky"] <= 3.0],
     }
     print(f"# log-log slope in N: natural {summary['slope_natural']:.2f}, exact bound+grad "
           f"{summary['slope_bound_and_grad']:.2f}, Q Cholesky (JAX) "
@@ -255,12 +268,16 @@ def main(argv=None):
         for optimizer in args.optimizers:
             record["fits"].append(fit_size(N, steps, args, optimizer))
             save()
-    goals = {"bound_and_grad_within_3x_q_cholesky_at_every_n": summary["max_natural_ratio_to_jax_cholesky"] <= 3.0,
+    # met only if it holds for the medians and for the minima (each function undisturbed)
+    goals = {"bound_and_grad_within_3x_q_cholesky_at_every_n": max(
+                 summary["max_natural_ratio_to_jax_cholesky"], summary["max_natural_min_ratio_to_jax_cholesky"]) <= 3.0,
              "exact_lambda_gradient_within_3x_q_cholesky_at_every_n": summary["max_ratio_to_jax_cholesky"] <= 3.0}
     print("# goals: " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in goals.items())
-          + f" (natural evaluation, what the default fit uses: largest ratio "
+          + f" (natural evaluation, what the default fit uses: largest ratio of medians "
           f"{summary['max_natural_ratio_to_jax_cholesky']:.2f}, within 3x at N = "
-          f"{summary['natural_sizes_within_3x_jax_cholesky']}; exact (mubar, lambda) gradient, what L-BFGS uses: "
+          f"{summary['natural_sizes_within_3x_jax_cholesky']}; of minima "
+          f"{summary['max_natural_min_ratio_to_jax_cholesky']:.2f}, within 3x at N = "
+          f"{summary['natural_sizes_within_3x_jax_cholesky_minima']}; exact (mubar, lambda) gradient, what L-BFGS uses: "
           f"largest ratio {summary['max_ratio_to_jax_cholesky']:.2f} to JAX's Cholesky, "
           f"{summary['max_ratio_to_lapack_potrf']:.2f} to LAPACK's; within 3x at N = "
           f"{summary['sizes_within_3x_jax_cholesky']}; largest ratio to the potrf + potri floor "

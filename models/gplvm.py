@@ -375,6 +375,7 @@ def _q_u(kp, inducing, stats, Z, beta, jitter):
 # ----------------------------------------------------------------------------------------------
 OPTIMIZERS = ("natural", "lbfgs")
 _MIN_RHO = 2.0**-30  # below it the natural step is refused for this sweep (the bound's rounding)
+_FULL_SWEEP_EVERY = 10  # natural sweeps: every latent dimension's q(X) is updated at least this often
 
 
 def _triangular_inverse(L, base=64):
@@ -504,14 +505,27 @@ class _NaturalProblem:
     def moments(self, mubar, lam, r=None, rho=0.0):
         """(mubar, mu, diag S, KL) of q(X) at (mubar, lambda) (N, Q); with ``r`` (N, Q), mubar first
         moves by rho (I + Lambda_q K_Y)^-1 r_q (the same factorisations)."""
-        N = self.K.shape[0]
-        dinv, logdet, sol = _host_factor(self.K, lam.T, None if r is None else r.T)
-        if sol is not None:
-            mubar = mubar + rho * sol.T
-        var = np.maximum((1.0 - dinv.T) / lam, _TINY)
-        mu = self.K @ mubar
-        kl = 0.5 * float(np.sum(np.sum(dinv, 1) + np.sum(mubar * mu, 0) - N + logdet))  # tr(B^-1) = sum dinv
-        return mubar, mu, var, kl
+        state = self.update(None, mubar, lam, np.arange(lam.shape[1]), r, rho)
+        return state[0], state[1], state[2], float(np.sum(state[3]))
+
+    def update(self, state, mubar, lam, dims, r=None, rho=0.0):
+        """q(X)'s moments with the latent dimensions ``dims`` recomputed at (mubar, lambda) (and
+        moved along ``r`` as in :meth:`moments`) and the others taken from ``state``, the tuple
+        (mubar, mu, diag S, KL per dimension (Q,)) this returns (None: ``dims`` must be all of
+        them). Only ``dims`` are factorised: the bound stays exact, each dimension's q(x_q)
+        entering the KL term on its own."""
+        N, Q = lam.shape
+        dinv, logdet, sol = _host_factor(self.K, lam[:, dims].T, None if r is None else r[:, dims].T)
+        if state is None:
+            mubar_new, mu, var, kl = np.array(mubar, dtype=np.float64), np.empty((N, Q)), np.empty((N, Q)), np.empty(Q)
+        else:
+            mubar_new, mu, var, kl = (np.array(x) for x in state)
+        m = mubar[:, dims] if sol is None else mubar[:, dims] + rho * sol.T
+        mubar_new[:, dims] = m
+        mu[:, dims] = self.K @ m
+        var[:, dims] = np.maximum((1.0 - dinv.T) / lam[:, dims], _TINY)
+        kl[dims] = 0.5 * (np.sum(dinv, 1) + np.sum(m * mu[:, dims], 0) - N + logdet)  # tr(B^-1) = sum dinv
+        return mubar_new, mu, var, kl
 
     def value(self, mu, var, kl, hyper):
         v = float(self.F_value(mu, var, hyper, self.fixed, self.Z)) - kl  # numpy in: no device_put per array
@@ -542,7 +556,7 @@ def natural_gradient(free, fixed, Y, Z, *, prior_kernel="rbf", jitter=sg.JITTER)
     return float(F) - kl, {**g_hyper, "mean": np.asarray(g_mu) - mubar, "var": np.asarray(g_var) + 0.5 * lam}
 
 
-def _fit_natural(free, fixed, Y, Z, *, prior_kernel, jitter, max_steps, tol, hyper_steps, progress_bar):
+def _fit_natural(free, fixed, Y, Z, *, prior_kernel, jitter, max_steps, tol, hyper_steps, progress_bar, prune=1e-6):
     """Maximise the bound of the supervised or autoencoder model (the latent prior fixed) by
     alternating two ascent steps, each accepted only if the bound does not fall:
 
@@ -564,7 +578,18 @@ def _fit_natural(free, fixed, Y, Z, *, prior_kernel, jitter, max_steps, tol, hyp
       precision where free): ``hyper_steps`` L-BFGS iterations on F~ with q(X) held, which costs
       no N x N work at all (the KL term is constant).
 
-    Converged when one sweep raises the bound by at most ``tol`` |bound|.
+    The q(X) step skips the latent dimensions that sit at their fixed point, as those ARD has
+    switched off soon do (the data term no longer depends on them: g_mu, g_s -> 0): a dimension
+    whose step would raise the bound by less than ``prune`` times the most any one dimension's
+    would (to first order, with S_q by its diagonal: sum_n s_qn r_qn^2 + sum_n (s_qn (lambda*_qn -
+    lambda_qn))^2 / 2, r_q = g_mu - mubar_q) keeps its q(x_q), and its factorisation drops out of
+    the sweep (fits keep a few of 20 dimensions). q(X) factorises over the dimensions, so this is
+    block-coordinate ascent: the bound stays exact and each accepted step still raises it. Every
+    dimension is updated at the first sweep, every ``_FULL_SWEEP_EVERY``-th, and after a sweep
+    that stalls; convergence is declared only on a full sweep. ``prune`` = 0 updates every
+    dimension in every sweep.
+
+    Converged when one sweep over every dimension raises the bound by at most ``tol`` |bound|.
     Returns (free, bound, info) like :func:`ppl_sbl.sparse_gp.maximize`."""
     import scipy.optimize
 
@@ -573,11 +598,15 @@ def _fit_natural(free, fixed, Y, Z, *, prior_kernel, jitter, max_steps, tol, hyp
     lam = np.asarray(precisions(jnp.asarray(prob.K), free["log_lam"]))
     flat, unravel = _flat({k: v for k, v in free.items() if k not in ("mubar", "log_lam")})
     hyper = unravel(flat)
-    mubar, mu, var, kl = prob.moments(np.array(free["mubar"], dtype=np.float64), lam)
+    Q = lam.shape[1]
+    everything = np.arange(Q)
+    state = prob.update(None, np.asarray(free["mubar"], dtype=np.float64), lam, everything)
+    mubar, mu, var, kl = state[0], state[1], state[2], float(np.sum(state[3]))
     current = prob.value(mu, var, kl, hyper)
     if not np.isfinite(current):
         raise FloatingPointError("the bound is not finite at the starting point; check the inputs for extreme values.")
-    rho, trace, rhos, converged, message = 1.0, [], [], False, "max_steps reached"
+    rho, trace, rhos, live_counts, converged, message = 1.0, [], [], [], False, "max_steps reached"
+    full_due = True  # the first sweep updates every latent dimension
     bar = None
     if progress_bar:
         from tqdm.auto import tqdm
@@ -589,13 +618,28 @@ def _fit_natural(free, fixed, Y, Z, *, prior_kernel, jitter, max_steps, tol, hyp
         _, (g_mu, g_var) = prob.q_gradient(mu, var, hyper)
         target = -2.0 * np.asarray(g_var)
         r = np.asarray(g_mu) - mubar
+        # the latent dimensions this sweep updates: all of them every _FULL_SWEEP_EVERY sweeps and
+        # after a sweep that stalled, else those whose step would raise the bound by at least
+        # ``prune`` times the most any one would: the first-order rise of a full step (rho = 1),
+        # r_q^T S_q r_q + (lambda* - lambda)^T (S_q o S_q) (lambda* - lambda) / 2, with S_q by its
+        # diagonal (no N x N work)
+        full = full_due or prune <= 0 or step % _FULL_SWEEP_EVERY == 0
+        if full:
+            dims = everything
+        else:
+            gain = np.sum(var * r**2, 0) + 0.5 * np.sum((var * (target - lam)) ** 2, 0)
+            dims = np.flatnonzero(gain >= prune * gain.max())
+        live_counts.append(len(dims))
         rho = min(1.0, 2.0 * rho)
         while rho >= _MIN_RHO:
-            lam_new = np.maximum(lam + rho * (target - lam), floor * (1.0 + 1e-3))
-            trial = prob.moments(mubar, lam_new, r, rho)
-            v = prob.value(*trial[1:], hyper)
+            lam_new = lam.copy()
+            lam_new[:, dims] = np.maximum(lam[:, dims] + rho * (target[:, dims] - lam[:, dims]), floor * (1.0 + 1e-3))
+            trial = prob.update(state, mubar, lam_new, dims, r, rho)
+            trial_kl = float(np.sum(trial[3]))
+            v = prob.value(trial[1], trial[2], trial_kl, hyper)
             if v >= current:
-                lam, (mubar, mu, var, kl), current = lam_new, trial, v
+                lam, state, current = lam_new, trial, v
+                mubar, mu, var, kl = state[0], state[1], state[2], trial_kl
                 break
             rho *= 0.5
         rhos.append(rho)
@@ -615,16 +659,19 @@ def _fit_natural(free, fixed, Y, Z, *, prior_kernel, jitter, max_steps, tol, hyp
         trace.append(current)
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(bound=f"{current:.4f}", rho=f"{rho:.2g}")
-        if current - start <= tol * abs(current):
-            converged, message = True, "the bound rose by at most tol |bound| in one sweep"
+            bar.set_postfix(bound=f"{current:.4f}", rho=f"{rho:.2g}", dims=len(dims))
+        stalled = current - start <= tol * abs(current)
+        if stalled and full:
+            converged, message = True, "the bound rose by at most tol |bound| in one sweep over every latent dimension"
             break
+        full_due = stalled  # a pruned sweep that stalls: the next one revisits every dimension
     if bar is not None:
         bar.close()
     out = {**jax.tree_util.tree_map(jnp.asarray, hyper), "mubar": jnp.asarray(mubar),
            "log_lam": jnp.asarray(np.log(lam - floor))}
     return out, current, {"steps": step + 1, "converged": converged, "message": message, "trace": trace,
-                          "optimizer": "natural", "step_sizes": np.asarray(rhos)}
+                          "optimizer": "natural", "step_sizes": np.asarray(rhos),
+                          "updated_dims": np.asarray(live_counts)}
 
 
 def _pca(Y, Q):
@@ -657,8 +704,8 @@ def _check(Y, Z, model, latent_dim, num_inducing, prior_kernel):
 
 
 def fit(Y, Z=None, *, model="supervised", latent_dim=10, num_inducing=30, prior_kernel="rbf", snr="default",
-        optimize_prior=False, optimizer=None, max_steps=2000, tol=1e-10, hyper_steps=20, seed=0, jitter=sg.JITTER,
-        progress_bar=None):
+        optimize_prior=False, optimizer=None, max_steps=2000, tol=1e-10, hyper_steps=20, prune=1e-6, seed=0,
+        jitter=sg.JITTER, progress_bar=None):
     """Fit a Bayesian GPLVM by maximising the collapsed bound.
 
     Parameters
@@ -686,6 +733,11 @@ def fit(Y, Z=None, *, model="supervised", latent_dim=10, num_inducing=30, prior_
     max_steps, tol : sweeps ("natural") or L-BFGS iterations ("lbfgs"), and the relative
         tolerance on the bound (the rise over one sweep; for L-BFGS scipy's ``ftol``).
     hyper_steps : L-BFGS iterations on the hyperparameters per natural sweep.
+    prune : natural sweeps update only the latent dimensions whose step would raise the bound by
+        at least this fraction of the most any one dimension's would (those ARD has switched off
+        sit at their fixed point), and every dimension every 10th sweep and before declaring
+        convergence (the bound stays exact; see :func:`_fit_natural`); 0 updates all of them in
+        every sweep.
     progress_bar : show one (tqdm) with the bound; None: only for fits expected to be long
         (N x Q x max_steps above 10^7).
 
@@ -711,7 +763,7 @@ def fit(Y, Z=None, *, model="supervised", latent_dim=10, num_inducing=30, prior_
     if optimizer == "natural":
         free, value, info = _fit_natural(free, fixed, Yj, Zj, prior_kernel=prior_kernel, jitter=jitter,
                                          max_steps=max_steps, tol=tol, hyper_steps=hyper_steps,
-                                         progress_bar=progress_bar)
+                                         progress_bar=progress_bar, prune=prune)
     else:
         objective = functools.partial(bound, model=model, prior_kernel=prior_kernel, jitter=jitter)
         free, value, info = sg.maximize(objective, free, args=(fixed, Yj, Zj), max_steps=max_steps, tol=tol,

@@ -15,15 +15,20 @@ def test_gplvm_bench_quick(tmp_path):
         assert r["bound_and_grad_seconds"] > 0 and r["jax_cholesky_seconds"] > 0
         assert r["ratio_to_jax_cholesky"] == r["bound_and_grad_seconds"] / r["jax_cholesky_seconds"]
         assert r["natural_ratio_to_jax_cholesky"] == r["natural_bound_and_grad_seconds"] / r["jax_cholesky_seconds"]
+        assert r["natural_min_ratio_to_jax_cholesky"] == r["natural_min_seconds"] / r["jax_cholesky_min_seconds"]
+        # a minimum over the rounds is at most their median
+        assert r["natural_min_seconds"] <= r["natural_bound_and_grad_seconds"]
+        assert r["jax_cholesky_min_seconds"] <= r["jax_cholesky_seconds"]
         assert math.isfinite(r["bound"])
         # the natural evaluation's bound is the bound (5.20) at the same parameters, by another route
         assert r["natural_bound"] == pytest.approx(r["bound"], rel=1e-9)
     fit = record["fits"][0]
     assert fit["n"] == 60 and 1 <= fit["steps"] <= 20 and math.isfinite(fit["bound"])
     assert 1 <= len(fit["kept_dims"]) <= 5
-    # the first goal is judged on the evaluation the default (natural) fit makes; the exact
-    # (mubar, lambda) gradient's ratio has a goal entry of its own
+    # the first goal is judged on the evaluation the default (natural) fit makes, by the ratio of
+    # the medians and by that of the minima; the exact (mubar, lambda) gradient's ratio has a goal
+    # entry of its own
     assert record["goals"]["bound_and_grad_within_3x_q_cholesky_at_every_n"] == (
-        max(r["natural_ratio_to_jax_cholesky"] for r in rows) <= 3.0)
+        max(max(r["natural_ratio_to_jax_cholesky"], r["natural_min_ratio_to_jax_cholesky"]) for r in rows) <= 3.0)
     assert record["goals"]["exact_lambda_gradient_within_3x_q_cholesky_at_every_n"] == (
         max(r["ratio_to_jax_cholesky"] for r in rows) <= 3.0)

@@ -348,6 +348,59 @@ def test_host_factor_chunks_and_failed_factorisations(chunk_dims):
                                    atol=1e-9 * np.abs(r[q]).max())
 
 
+def test_update_of_some_latent_dimensions_equals_the_whole_computation():
+    """:meth:`_NaturalProblem.update` of a subset of latent dimensions (the pruned sweep) from the
+    state at (mubar, lambda) equals q(X)'s moments computed afresh for every dimension at the new
+    (mubar, lambda), which differ from the old in that subset only (by numpy's solve for the mean
+    step, not :func:`gplvm._host_factor`'s); the KL per dimension sums to :func:`gplvm.bound`'s KL."""
+    rng = np.random.default_rng(11)
+    Y, Z = toy(26, seed=4)
+    free, fixed, Yj, Zj, _ = gplvm.initial_parameters(Y, Z, model="supervised", latent_dim=5, num_inducing=6)
+    prob = gplvm._NaturalProblem(free, fixed, Yj, Zj, prior_kernel="rbf", jitter=sg.JITTER)
+    N, Q = 26, 5
+    mubar = rng.normal(size=(N, Q))
+    lam = np.exp(rng.uniform(-2, 3, size=(N, Q)))
+    state = prob.update(None, mubar, lam, np.arange(Q))
+    dims = np.array([1, 3])
+    lam_new = lam.copy()
+    lam_new[:, dims] *= np.exp(rng.normal(size=(N, 2)))
+    r, rho = rng.normal(size=(N, Q)), 0.7
+    part = prob.update(state, mubar, lam_new, dims, r, rho)
+    moved = mubar.copy()
+    for q in dims:
+        moved[:, q] += rho * np.linalg.solve(np.eye(N) + lam_new[:, q][:, None] * prob.K, r[:, q])
+    whole = prob.update(None, moved, lam_new, np.arange(Q))
+    for a, b in zip(part, whole):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    # the untouched dimensions are the old state's exactly
+    for a, b in zip(part, state):
+        np.testing.assert_array_equal(np.delete(np.atleast_2d(a), dims, axis=-1), np.delete(np.atleast_2d(b), dims, axis=-1))
+    # the KL term, summed over the dimensions, against bound(): data term minus bound
+    free_new = {**free, "mubar": jnp.asarray(moved), "log_lam": jnp.asarray(np.log(lam_new - prob.floor))}
+    hyper = {k: v for k, v in free_new.items() if k not in ("mubar", "log_lam")}
+    F = float(prob.F_value(whole[1], whole[2], hyper, fixed, Zj))
+    exact = float(gplvm.bound(free_new, fixed, Yj, Zj, model="supervised", prior_kernel="rbf"))
+    assert F - np.sum(part[3]) == pytest.approx(exact, rel=1e-9)
+
+
+def test_pruned_natural_fit_is_monotone_and_ends_on_a_full_sweep():
+    """With 5 latent dimensions for data with one underlying coordinate, ARD switches most off
+    and the pruned sweeps skip them: the bound never falls, some sweeps update fewer than Q
+    dimensions, every tenth updates all of them, and a converged fit's last sweep was a full
+    one; the bound reported is :func:`gplvm.bound` at the returned parameters. With prune = 0
+    every sweep updates all Q."""
+    Y, Z = toy(40, seed=1)
+    res = gplvm.fit(Y, Z, latent_dim=5, num_inducing=8, max_steps=1000, tol=1e-5, prune=1e-3)
+    updated = res.info["updated_dims"]
+    assert np.all(np.diff(res.elbo_trace) >= 0.0)
+    assert updated.min() < 5 and np.all(updated[::10] == 5)
+    assert res.converged and updated[-1] == 5
+    objective = functools.partial(gplvm.bound, model="supervised", prior_kernel="rbf")
+    assert float(objective(res.free, res.fixed, res.Y, res.Z)) == pytest.approx(res.elbo, rel=1e-8)
+    full = gplvm.fit(Y, Z, latent_dim=5, num_inducing=8, max_steps=30, prune=0.0)
+    assert np.all(full.info["updated_dims"] == 5)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_natural_gradient_is_the_gradient_in_means_and_variances(seed):
     """The gradient in (mu_q, diag S_q) of :func:`gplvm.natural_gradient` against JAX's
