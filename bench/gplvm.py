@@ -37,6 +37,8 @@ Whole fits (``--fit-sizes``, default 500 and 1797, each with every one of ``--op
 ``--fit-steps`` sweeps or L-BFGS iterations at most, 300 and 40 by default): seconds, iterations,
 bound, converged, latent dimensions ARD kept.
 
+How far the ratios move between processes: ``bench/gplvm_spread.py``.
+
 Usage::
 
     OPENBLAS_NUM_THREADS=1 python bench/gplvm.py | tee bench/results/gplvm_cpu.log

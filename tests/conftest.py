@@ -17,3 +17,15 @@ jax.config.update("jax_enable_x64", True)
 def rng():
     return np.random.default_rng(0)
 
+
+
+# The longest test files first: with ``--dist loadfile`` each file runs on one worker, and the
+# scheduler hands files out in collection order (``--no-loadscope-reorder`` in pyproject.toml),
+# so the tutorials (about six minutes in all, on one worker) start at once instead of last, while
+# the other worker works through the rest.
+LONGEST_FIRST = ("test_tutorials.py", "test_gplvm.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order

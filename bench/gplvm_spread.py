@@ -1,0 +1,88 @@
+"""Benchmark: how far the GPLVM speed ratio moves between separate processes.
+
+``bench/gplvm.py`` times the natural evaluation (what the default fit evaluates) against JAX's
+Q Cholesky factorisations in interleaved rounds within one process. On a shared 2-core VM the
+reference's own time moves by a factor of two or more from one process to the next, so one record
+can land either side of the 3x goal. This runs ``bench/gplvm.py`` (no fits) ``--runs`` times, each
+in a fresh process, and records per N the spread over the runs of both ratios it prints: of the
+medians over the rounds, and of the minima (each function's undisturbed cost).
+
+Usage::
+
+    OPENBLAS_NUM_THREADS=1 python bench/gplvm_spread.py | tee bench/results/gplvm_cpu_spread.log
+    python bench/gplvm_spread.py --quick
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from _common import environment  # noqa: E402
+
+STATISTICS = {"medians": "natural_ratio_to_jax_cholesky", "minima": "natural_min_ratio_to_jax_cholesky"}
+
+
+def summarise(values, goal=3.0):
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    return {"min": float(v.min()), "median": float(np.median(v)), "max": float(v.max()),
+            "runs_above_goal": int(np.sum(v > goal)), "values": v.tolist()}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="two runs of bench/gplvm.py --quick without fits")
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--sizes", type=int, nargs="+", default=[100, 200, 400])
+    p.add_argument("--out", default=os.path.join(HERE, "results", "gplvm_cpu_spread.json"))
+    args = p.parse_args(argv)
+    extra = ["--sizes", *map(str, args.sizes)]
+    if args.quick:
+        args.runs, extra = 2, ["--quick"]
+    out = args.out.replace(".json", "_quick.json") if args.quick else args.out
+    env = environment()
+    print(f"# GPLVM ratio spread over {args.runs} processes  {env['date']}  cpus={env['cpu_count']}  "
+          f"blas threads={env['blas_threads_env']}", flush=True)
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.runs):
+            path = os.path.join(tmp, f"run{i}.json")
+            cmd = [sys.executable, os.path.join(HERE, "gplvm.py"), *extra, "--fit-sizes", "--fit-steps", "--out", path]
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            if args.quick:
+                path = path.replace(".json", "_quick.json")
+            with open(path) as f:
+                rows = json.load(f)["rows"]
+            runs.append({"run": i + 1, "rows": [{k: r[k] for k in ("n", "natural_bound_and_grad_seconds",
+                                                                    "natural_min_seconds", "jax_cholesky_seconds",
+                                                                    "jax_cholesky_min_seconds", *STATISTICS.values())}
+                                                for r in rows]})
+            print(f"run {i + 1}: " + "  ".join(f"N={r['n']} {r[STATISTICS['medians']]:.2f}/{r[STATISTICS['minima']]:.2f}"
+                                              for r in rows) + "  (ratio of medians / of minima)", flush=True)
+    sizes = [r["n"] for r in runs[0]["rows"]]
+    summary = {str(n): {name: summarise([run["rows"][j][key] for run in runs]) for name, key in STATISTICS.items()}
+               for j, n in enumerate(sizes)}
+    print("\n    N | ratio of medians: min  median  max  runs > 3 | ratio of minima: min  median  max  runs > 3")
+    for n in sizes:
+        a, b = summary[str(n)]["medians"], summary[str(n)]["minima"]
+        print(f"{n:>5} | {a['min']:21.2f} {a['median']:7.2f} {a['max']:5.2f} {a['runs_above_goal']:9d} | "
+              f"{b['min']:20.2f} {b['median']:7.2f} {b['max']:5.2f} {b['runs_above_goal']:9d}", flush=True)
+    record = {"benchmark": "spread over separate processes of the natural evaluation's ratio to JAX's Q Cholesky "
+                           "factorisations", "environment": env, "args": vars(args),
+              "command": "OPENBLAS_NUM_THREADS=1 python bench/gplvm_spread.py", "summary": summary, "runs": runs}
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(record, f, indent=1)
+    print(f"# wrote {out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
