@@ -524,7 +524,9 @@ class _NaturalProblem:
         mubar_new[:, dims] = m
         mu[:, dims] = self.K @ m
         var[:, dims] = np.maximum((1.0 - dinv.T) / lam[:, dims], _TINY)
-        kl[dims] = 0.5 * (np.sum(dinv, 1) + np.sum(m * mu[:, dims], 0) - N + logdet)  # tr(B^-1) = sum dinv
+        # KL(q(x_q) || N(0, K_Y)), the KL term of (5.20) in the parameters of (5.28): tr(K_Y^-1 S_q) =
+        # tr(B_q^-1) = sum dinv, mu_q^T K_Y^-1 mu_q = mubar_q^T mu_q, log|K_Y| - log|S_q| = log|B_q|
+        kl[dims] = 0.5 * (np.sum(dinv, 1) + np.sum(m * mu[:, dims], 0) - N + logdet)
         return mubar_new, mu, var, kl
 
     def value(self, mu, var, kl, hyper):
@@ -556,7 +558,7 @@ def natural_gradient(free, fixed, Y, Z, *, prior_kernel="rbf", jitter=sg.JITTER)
     return float(F) - kl, {**g_hyper, "mean": np.asarray(g_mu) - mubar, "var": np.asarray(g_var) + 0.5 * lam}
 
 
-def _fit_natural(free, fixed, Y, Z, *, prior_kernel, jitter, max_steps, tol, hyper_steps, progress_bar, prune=1e-6):
+def _fit_natural(free, fixed, Y, Z, *, prior_kernel, jitter, max_steps, tol, hyper_steps, progress_bar, prune):
     """Maximise the bound of the supervised or autoencoder model (the latent prior fixed) by
     alternating two ascent steps, each accepted only if the bound does not fall:
 
