@@ -77,6 +77,7 @@ _TINY = 1e-12
 # ----------------------------------------------------------------------------------------------
 # The NumPyro programs
 # ----------------------------------------------------------------------------------------------
+@functools.partial(jax.jit, static_argnums=(1, 3))
 def _prior_cov(Y, prior_kernel, prior_params, jitter):
     return sg.add_jitter(sg.kernel(prior_kernel, prior_params, Y), jitter)
 
@@ -347,6 +348,10 @@ def _q_x(model, p, prior_params, Y, prior_kernel, jitter, full=False, k_grad=Fal
         return (mu, var, kl) + ((var.T,) if full else ())
     K_Y = _prior_cov(Y, prior_kernel, prior_params, jitter)
     return latent_posterior(K_Y, p["mubar"], p["log_lam"], full=full, k_grad=k_grad)
+
+
+# q(X) of a fitted result (its covariances too), compiled once per model, kernel and shape
+_q_x_compiled = jax.jit(_q_x, static_argnums=(0, 4, 5), static_argnames=("full", "k_grad"))
 
 
 def bound(free, fixed, Y, Z, *, model, prior_kernel, jitter=sg.JITTER):
@@ -831,6 +836,28 @@ def initial_parameters(Y, Z=None, *, model="supervised", latent_dim=10, num_indu
     return params, fixed, Yj, Zj, z_mean
 
 
+@functools.partial(jax.jit, static_argnums=(5, 6))
+def _latent_predictive(Y, Y_new, mubar, log_lam, prior, prior_kernel, jitter):
+    """q(x*) of new inputs (5.30): per latent dimension, mean k_*^T mubar_q (5.32) and variance
+    k_** - k_*^T (K_Y + Lambda_q^-1)^-1 k_*. Returns (n*, Q) means and variances."""
+    K_Y = _prior_cov(Y, prior_kernel, prior, jitter)
+    k_s = sg.kernel(prior_kernel, prior, Y, Y_new)  # (N, n*)
+    k_ss = sg.kernel_diag(prior_kernel, prior, Y_new)
+
+    def one(mb, ll):
+        w = _whiten(K_Y, precisions(K_Y, ll), k_s)
+        return k_s.T @ mb, jnp.maximum(k_ss - jnp.sum(w**2, 0), _TINY)  # (5.32), (5.30)
+
+    mean, var = jax.vmap(one, in_axes=(1, 1))(mubar, log_lam)
+    return mean.T, var.T
+
+
+@functools.partial(jax.jit, static_argnums=6)
+def _predictive_means(kernel_params, inducing, stats, Z, beta, draws, jitter):
+    """E[f_*] under q(U) (3.28) at each of the (S, n*, Q) draws of x*: (S, n*, D)."""
+    return jax.vmap(lambda x: sg.predict_f("rbf_ard", kernel_params, inducing, stats, Z, beta, x, jitter)[0])(draws)
+
+
 # ----------------------------------------------------------------------------------------------
 # The result
 # ----------------------------------------------------------------------------------------------
@@ -890,7 +917,7 @@ class GPLVMResult:
     @functools.cached_property
     def _qx(self):
         p, _, prior, _ = self._unpacked
-        return _q_x(self.model, p, prior, self.Y, self.prior_kernel, self.jitter, full=True)
+        return _q_x_compiled(self.model, p, prior, self.Y, self.prior_kernel, self.jitter, full=True)
 
     @property
     def latent_mean(self):
@@ -939,15 +966,8 @@ class GPLVMResult:
                              "optimises q(x*) for each new point.")
         Y_new = jnp.asarray(self._check_new(Y_new))
         p, _, prior, _ = self._unpacked
-        K_Y = _prior_cov(self.Y, self.prior_kernel, prior, self.jitter)
-        k_s = sg.kernel(self.prior_kernel, prior, self.Y, Y_new)  # (N, n*)
-        k_ss = sg.kernel_diag(self.prior_kernel, prior, Y_new)
-        def one(mb, ll):
-            w = _whiten(K_Y, precisions(K_Y, ll), k_s)
-            return k_s.T @ mb, jnp.maximum(k_ss - jnp.sum(w**2, 0), _TINY)  # (5.32), (5.30)
-
-        mean, var = jax.vmap(one, in_axes=(1, 1))(p["mubar"], p["log_lam"])
-        return np.asarray(mean.T), np.asarray(var.T)
+        mean, var = _latent_predictive(self.Y, Y_new, p["mubar"], p["log_lam"], prior, self.prior_kernel, self.jitter)
+        return np.asarray(mean), np.asarray(var)
 
     def transform(self, Y_new, *, max_steps=500):
         """Latent means of new inputs: eq. (5.32) for the supervised and autoencoder models; for
@@ -981,9 +1001,8 @@ class GPLVMResult:
         mean, var = self.predict_latent(Y_new)
         rng = np.random.default_rng(seed)
         draws = mean[None] + np.sqrt(var)[None] * rng.normal(size=(int(num_samples),) + mean.shape)
-        kp, beta = self.kernel_params, 1.0 / self.noise_var
-        f = jax.vmap(lambda x: sg.predict_f("rbf_ard", kp, self.inducing, self.stats, self.Z, beta, x, self.jitter)[0])(
-            jnp.asarray(draws))
+        f = _predictive_means(self.kernel_params, self.inducing, self.stats, self.Z, 1.0 / self.noise_var,
+                              jnp.asarray(draws), self.jitter)
         f = np.asarray(f) + np.asarray(self.z_mean)
         return (f.mean(0), f) if return_draws else f.mean(0)
 
