@@ -32,3 +32,22 @@ def test_gplvm_bench_quick(tmp_path):
         max(max(r["natural_ratio_to_jax_cholesky"], r["natural_min_ratio_to_jax_cholesky"]) for r in rows) <= 3.0)
     assert record["goals"]["exact_lambda_gradient_within_3x_q_cholesky_at_every_n"] == (
         max(r["ratio_to_jax_cholesky"] for r in rows) <= 3.0)
+
+
+def test_gplvm_spread_quick_summarises_its_runs(tmp_path):
+    proc, record = run_script("bench/gplvm_spread.py", "--quick", "--out", tmp_path / "s.json",
+                              record=tmp_path / "s_quick.json")
+    runs = record["runs"]
+    assert [run["run"] for run in runs] == [1, 2]
+    for name, key in (("medians", "natural_ratio_to_jax_cholesky"), ("minima", "natural_min_ratio_to_jax_cholesky")):
+        for j, n in enumerate(r["n"] for r in runs[0]["rows"]):
+            values = [run["rows"][j][key] for run in runs]
+            s = record["summary"][str(n)][name]
+            assert s["values"] == values and s["min"] == min(values) and s["max"] == max(values)
+            assert s["runs_above_goal"] == sum(v > 3.0 for v in values)
+    for run in runs:
+        for r in run["rows"]:
+            # each run's ratios are the ratios of the times it recorded
+            assert r["natural_ratio_to_jax_cholesky"] == r["natural_bound_and_grad_seconds"] / r["jax_cholesky_seconds"]
+            assert r["natural_min_ratio_to_jax_cholesky"] == r["natural_min_seconds"] / r["jax_cholesky_min_seconds"]
+    assert "runs > 3" in proc.stdout
