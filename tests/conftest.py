@@ -41,7 +41,7 @@ def rng():
 
 # The longest test files first (longest-processing-time-first): with ``--dist loadfile`` each
 # file runs on one worker, and the scheduler hands files out in collection order
-# (``--no-loadscope-reorder`` in pyproject.toml), so the tutorials (about six minutes in all, on
+# (``--no-loadscope-reorder`` in pyproject.toml), so the tutorials (the longest file, on
 # one worker) start at once instead of last, and the short files fill the end on both workers.
 # Ordered by their measured durations (``pytest --durations``) on the 2-core CI machine.
 LONGEST_FIRST = ("test_tutorials.py", "test_gplvm.py", "test_grid_rvm.py", "test_super_sparse_experiments.py",
