@@ -189,16 +189,16 @@ def _compiled_prune(guide):
 
 
 def _compiled_relevance(guide):
-    """(prior precision P_k, the precision the data give each coefficient, whether that is the
-    conditional one): one compiled function per guide (run op by op, the few dozen small JAX
-    operations took seconds per model, most of it dispatch and per-operation compilation)."""
+    """(prior precision P_k, the precision the data give each coefficient: given the others where
+    the state holds an ActiveGaussian): one compiled function per guide (run op by op, its few
+    dozen small JAX operations took seconds per model, most of it per-operation compilation)."""
 
     def relevance(state, data):
         prior, data_precision = guide.relevance(state, data)
         fields = _active_gaussians(state)
         if fields:
             data_precision = _gauss.conditional_data_precision(getattr(state, fields[0]), prior, data_precision)
-        return prior, data_precision, bool(fields)
+        return prior, data_precision
 
     return _compiled("relevance", guide, relevance)
 
@@ -544,7 +544,7 @@ class CAVIResult:
     @property
     def precision_ratio(self) -> np.ndarray:
         """P_k / h_k: prior precision of each coefficient over the precision the data give it."""
-        prior, data, _ = _compiled_relevance(self.guide_spec)(self.state, self.data)
+        prior, data = _compiled_relevance(self.guide_spec)(self.state, self.data)
         return np.asarray(prior) / np.maximum(np.asarray(data), 1e-300)
 
     @property
@@ -552,9 +552,9 @@ class CAVIResult:
         """sum_k (1 - E[alpha_k] Var_q[w_k]): how many coefficients the data determine (MacKay's
         gamma). With many overlapping basis functions the data can determine a few directions
         without determining any single coefficient; this count sees those directions."""
-        prior, cond, conditional = _compiled_relevance(self.guide_spec)(self.state, self.data)
-        if not conditional:
+        if not _active_gaussians(self.state):
             return float("nan")
+        prior, cond = _compiled_relevance(self.guide_spec)(self.state, self.data)
         return float(np.sum(np.asarray(cond) / (np.asarray(prior) + np.asarray(cond))))
 
     @property

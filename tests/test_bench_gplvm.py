@@ -44,6 +44,7 @@ def test_gplvm_spread_quick_summarises_its_runs(tmp_path):
             values = [run["rows"][j][key] for run in runs]
             s = record["summary"][str(n)][name]
             assert s["values"] == values and s["min"] == min(values) and s["max"] == max(values)
+            assert s["median"] == sum(values) / 2  # two runs
             assert s["runs_above_goal"] == sum(v > 3.0 for v in values)
     for run in runs:
         for r in run["rows"]:
