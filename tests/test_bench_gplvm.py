@@ -16,6 +16,12 @@ def test_gplvm_bench_quick(tmp_path):
         assert r["ratio_to_jax_cholesky"] == r["bound_and_grad_seconds"] / r["jax_cholesky_seconds"]
         assert r["natural_ratio_to_jax_cholesky"] == r["natural_bound_and_grad_seconds"] / r["jax_cholesky_seconds"]
         assert r["natural_min_ratio_to_jax_cholesky"] == r["natural_min_seconds"] / r["jax_cholesky_min_seconds"]
+        # the floor: the evaluation's LAPACK calls alone, plus its data term
+        assert r["floor_ratio_to_jax_cholesky"] == (
+            (r["lapack_floor_seconds"] + r["natural_data_term_seconds"]) / r["jax_cholesky_seconds"])
+        assert r["floor_min_ratio_to_jax_cholesky"] == (
+            (r["lapack_floor_min_seconds"] + r["natural_data_term_min_seconds"]) / r["jax_cholesky_min_seconds"])
+        assert 0 < r["lapack_floor_min_seconds"] <= r["lapack_floor_seconds"]
         # a minimum over the rounds is at most their median
         assert r["natural_min_seconds"] <= r["natural_bound_and_grad_seconds"]
         assert r["jax_cholesky_min_seconds"] <= r["jax_cholesky_seconds"]
@@ -32,6 +38,8 @@ def test_gplvm_bench_quick(tmp_path):
         max(max(r["natural_ratio_to_jax_cholesky"], r["natural_min_ratio_to_jax_cholesky"]) for r in rows) <= 3.0)
     assert record["goals"]["exact_lambda_gradient_within_3x_q_cholesky_at_every_n"] == (
         max(r["ratio_to_jax_cholesky"] for r in rows) <= 3.0)
+    assert record["summary"]["floor_sizes_above_3x_jax_cholesky"] == [
+        r["n"] for r in rows if max(r["floor_ratio_to_jax_cholesky"], r["floor_min_ratio_to_jax_cholesky"]) > 3.0]
 
 
 def test_gplvm_spread_quick_summarises_its_runs(tmp_path):
@@ -39,7 +47,8 @@ def test_gplvm_spread_quick_summarises_its_runs(tmp_path):
                               record=tmp_path / "s_quick.json")
     runs = record["runs"]
     assert [run["run"] for run in runs] == [1, 2]
-    for name, key in (("medians", "natural_ratio_to_jax_cholesky"), ("minima", "natural_min_ratio_to_jax_cholesky")):
+    for name, key in (("medians", "natural_ratio_to_jax_cholesky"), ("minima", "natural_min_ratio_to_jax_cholesky"),
+                      ("floor minima", "floor_min_ratio_to_jax_cholesky")):
         for j, n in enumerate(r["n"] for r in runs[0]["rows"]):
             values = [run["rows"][j][key] for run in runs]
             s = record["summary"][str(n)][name]
