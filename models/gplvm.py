@@ -408,55 +408,67 @@ def _triangular_inverse(L, base=64):
 
 def _host_factor(K, lam, r=None, *, chunk_elements=2**17):
     """What one step of :func:`_fit_natural` needs of B_q = I + A K A, A = diag(lam_q)^1/2, for
-    each latent dimension (``lam`` (Q, N)), by LAPACK: the Cholesky factor (potrf), log|B_q|,
-    diag(B_q^-1) as the squared column norms of the triangular inverse (:func:`_triangular_inverse`;
-    N^3 / 3 flops, as many as the factorisation: the bound needs the diagonal of B_q^-1 only, not
-    B_q^-1 in full), and with ``r`` (Q, N) the natural direction of the means, A B_q^-1 A^-1 r_q =
-    (I + Lambda_q K)^-1 r_q = K^-1 S_q r_q, by two triangular solves (potrs). Returns (diag B^-1
-    (Q, N), log|B| (Q,), direction (Q, N) or None); a factorisation that fails gives NaN (the step
-    is then refused).
+    each latent dimension (``lam`` (Q, N), positive), by LAPACK: log|B_q|, diag(B_q^-1) (the bound
+    needs the diagonal of B_q^-1 only, not B_q^-1 in full), and with ``r`` (Q, N) the natural
+    direction of the means, A B_q^-1 A^-1 r_q = (I + Lambda_q K)^-1 r_q = K^-1 S_q r_q. Returns
+    (diag B^-1 (Q, N), log|B| (Q,), direction (Q, N) or None); a factorisation that fails gives NaN
+    (the step is then refused).
+
+    B_q = A C_q A with C_q = K + Lambda_q^-1, so B_q's Cholesky factor is A L_q with L_q C_q's
+    (potrf), and
+
+        log|B_q| = sum log lam_q + 2 sum log diag L_q,   diag(B_q^-1) = diag(C_q^-1) / lam_q,
+        (I + Lambda_q K)^-1 r_q = C_q^-1 (r_q / lam_q)  (potrs),
+
+    diag(C_q^-1) being the squared column norms of the triangular inverse L_q^-1
+    (:func:`_triangular_inverse`; N^3 / 3 flops, as many as the factorisation). C_q and B_q differ
+    by a diagonal scaling, to which the rounding errors of the Cholesky factorisation and of the
+    triangular inverse are blind (van der Sluis): the two routes agree to rounding (the tests
+    compare them with numpy's inverse of B_q), and C_q is built in one pass over K where B_q took
+    two.
 
     The latent dimensions go in chunks of up to ``chunk_elements`` / N^2 (1 MB by default, the
     size of one core's L2 cache on the benchmark machine; at least one dimension): each chunk's
-    B_q are built in one C-ordered stack by three whole-array operations (K is symmetric, so each
-    B_q's transpose, a Fortran-ordered view of the same memory, is what LAPACK factorises and
-    inverts in place), and log|B_q| = -2 sum log diag(L_q^-1) and the column norms of L_q^-1 are
-    taken over the whole chunk: per latent dimension only the LAPACK calls remain, and the chunk is
-    still in cache when they and the reductions read it. (At N = 100, Q = 20 whole-chunk
-    operations are 1.2x faster than building and reducing one B_q at a time, whose dozen small
-    numpy calls per dimension cost about two thirds of a factorisation; against one 8 MB stack of
-    every dimension, 1 MB chunks took 25.2 against 27.8 ms at N = 400 and 4.9 against 5.1 ms at
-    N = 200, medians of 60 interleaved rounds.)"""
+    C_q are built in one C-ordered stack by two whole-array operations (K is symmetric, so each
+    C_q's transpose, a Fortran-ordered view of the same memory, is what LAPACK factorises and
+    inverts in place), and the log-determinants and the column norms of L_q^-1 are taken over the
+    whole chunk: per latent dimension only the LAPACK calls remain, and the chunk is still in
+    cache when they and the reductions read it. (At N = 100, Q = 20 whole-chunk operations are
+    1.2x faster than building and reducing one matrix at a time, whose dozen small numpy calls per
+    dimension cost about two thirds of a factorisation; against one 8 MB stack of every
+    dimension, 1 MB chunks took 25.2 against 27.8 ms at N = 400 and 4.9 against 5.1 ms at N =
+    200, medians of 60 interleaved rounds; building C_q instead of B_q took 1.06 against 1.15 ms at
+    N = 100 and 4.49 against 4.83 ms at N = 200, medians of 80.)"""
     import scipy.linalg.lapack as lapack
 
     Q, N = lam.shape
     K = np.ascontiguousarray(K, dtype=np.float64)
-    a = np.sqrt(lam)
+    inv = 1.0 / lam
     dinv, logdet = np.empty((Q, N)), np.empty(Q)
     sol = None if r is None else np.empty((Q, N))
     chunk = max(1, min(Q, int(chunk_elements) // N**2))
     buf = np.empty((chunk, N, N))
     for start in range(0, Q, chunk):
         stop = min(Q, start + chunk)
-        B, s = buf[: stop - start], a[start:stop]
-        np.multiply(K, s[:, :, None], out=B)
-        B *= s[:, None, :]
-        B.reshape(len(B), N * N)[:, :: N + 1] += 1.0
-        failed = np.zeros(len(B), dtype=bool)
-        for j in range(len(B)):
-            # B[j].T: F-ordered, the same memory; the factor and then its inverse stay in it
-            c, info = lapack.dpotrf(B[j].T, lower=1, clean=1, overwrite_a=1)
+        C = buf[: stop - start]
+        C[...] = K
+        C.reshape(len(C), N * N)[:, :: N + 1] += inv[start:stop]
+        failed = np.zeros(len(C), dtype=bool)
+        for j in range(len(C)):
+            # C[j].T: F-ordered, the same memory; the factor and then its inverse stay in it
+            c, info = lapack.dpotrf(C[j].T, lower=1, clean=1, overwrite_a=1)
             if info != 0:
                 failed[j] = True
                 continue
             if sol is not None:
-                sol[start + j] = s[j] * lapack.dpotrs(c, r[start + j] / s[j], lower=1)[0]
+                sol[start + j] = lapack.dpotrs(c, r[start + j] * inv[start + j], lower=1)[0]
             _triangular_inverse(c)
-        # the inverse L^-1 sits transposed in each B (row-major): its columns are B's rows
-        diagonal = np.diagonal(B, axis1=1, axis2=2)
+        # the inverse L^-1 sits transposed in each C (row-major): its columns are C's rows
+        diagonal = np.diagonal(C, axis1=1, axis2=2)
         with np.errstate(invalid="ignore", divide="ignore"):
-            logdet[start:stop] = -2.0 * np.sum(np.log(diagonal), 1)
-        np.einsum("qij,qij->qi", B, B, out=dinv[start:stop])
+            logdet[start:stop] = np.sum(np.log(lam[start:stop]), 1) - 2.0 * np.sum(np.log(diagonal), 1)
+        np.einsum("qij,qij->qi", C, C, out=dinv[start:stop])
+        dinv[start:stop] *= inv[start:stop]
         if failed.any():
             dinv[start:stop][failed], logdet[start:stop][failed] = np.nan, np.nan
             if sol is not None:

@@ -303,9 +303,10 @@ def test_triangular_inverse_against_numpy(N):
 
 @pytest.mark.parametrize("N", [30, 131])
 def test_host_factor_against_dense_algebra(N):
-    """log|B_q|, diag(B_q^-1) and (I + Lambda_q K)^-1 r_q of :func:`gplvm._host_factor` against
-    numpy's slogdet, inverse and solve, with precisions spanning eight orders of magnitude (N =
-    131: the triangular inverse recurses)."""
+    """log|B_q|, diag(B_q^-1) and (I + Lambda_q K)^-1 r_q of :func:`gplvm._host_factor` (computed
+    through C_q = K + Lambda_q^-1) against numpy's slogdet, inverse and solve of B_q = I + A K A
+    itself, with precisions spanning eight orders of magnitude (N = 131: the triangular inverse
+    recurses)."""
     rng = np.random.default_rng(3)
     Q = 4
     X = rng.normal(size=(N, 3))
