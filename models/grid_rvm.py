@@ -343,14 +343,20 @@ def _reg_relevance(state, data):
     return _prior_precision(state, data), L.gaussian_data_precision(state.gamma_shape, state.gamma_rate, data.lik)
 
 
+def _check_new_args(data, X_new):
+    """``check_new`` of the grid RVM guides: ``X_new`` (N, table shape) as the flat design."""
+    return (_flat_new(X_new, data),)
+
+
 def _reg_predict(state, data, X_new):
-    mean, var = G.linear_moments(state.w, _flat_new(X_new, data))
+    """Predictive mean and variance of a new observation (``X_new`` flattened by :func:`_check_new_args`)."""
+    mean, var = G.linear_moments(state.w, X_new)
     return mean, var + state.gamma_rate / state.gamma_shape
 
 
 REGRESSION_GUIDE = ClosedFormGuide(
     prepare=_reg_prepare, init=_reg_init, update=_reg_update, elbo=_reg_elbo, guide=_make_guide(True),
-    predict=_reg_predict, relevance=_reg_relevance, elbo_exact=None, bound="none",
+    predict=_reg_predict, check_new=_check_new_args, relevance=_reg_relevance, elbo_exact=None, bound="none",
 )
 S_REGRESSION_GUIDE = REGRESSION_GUIDE._replace(
     elbo_exact=lambda state, data: _reg_elbo(state, data, exact=True), bound="log-sum",
@@ -404,13 +410,15 @@ def _clf_relevance(state, data):
 
 
 def _clf_predict(state, data, X_new):
-    mean, var = G.linear_moments(state.w, _flat_new(X_new, data))
+    """P(t = 1 | t_train) by quadrature (``X_new`` flattened by :func:`_check_new_args`)."""
+    mean, var = G.linear_moments(state.w, X_new)
     return expected_sigmoid(mean, var)
 
 
 CLASSIFICATION_GUIDE = ClosedFormGuide(
     prepare=_clf_prepare, init=_clf_init, update=_clf_update, elbo=_clf_elbo, guide=_make_guide(False),
-    predict=_clf_predict, relevance=_clf_relevance, elbo_exact=_clf_elbo_exact, bound="jaakkola-jordan",
+    predict=_clf_predict, check_new=_check_new_args, relevance=_clf_relevance, elbo_exact=_clf_elbo_exact,
+    bound="jaakkola-jordan",
     bound_gaps=_clf_gaps,
 )
 S_CLASSIFICATION_GUIDE = CLASSIFICATION_GUIDE._replace(bound="jaakkola-jordan+log-sum")

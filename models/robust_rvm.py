@@ -219,9 +219,15 @@ def _classification_relevance(state: ClassificationState, data: RobustData):
     return _prior_precision(state, data.base), L.jj_data_precision(state.xi, data.base.lik, _omega_mean(state))
 
 
+def _check_new_args(data: RobustData, Phi_new):
+    """``check_new`` of the robust RVM guides: ``Phi_new`` as a float64 matrix with the fit's columns."""
+    return (_check_new_design(Phi_new, data.base),)
+
+
 def _classification_predict(state: ClassificationState, data: RobustData, Phi_new):
-    """P(t = 1 | t_train) = E_q[sigma(phi^T w)], shape (N_new,), by quadrature (unweighted)."""
-    mean, var = G.linear_moments(state.w, _check_new_design(Phi_new, data.base))
+    """P(t = 1 | t_train) = E_q[sigma(phi^T w)], shape (N_new,), by quadrature (unweighted;
+    ``Phi_new`` checked by :func:`_check_new_args`)."""
+    mean, var = G.linear_moments(state.w, Phi_new)
     return expected_sigmoid(mean, var)
 
 
@@ -236,6 +242,7 @@ CLASSIFICATION_GUIDE = ClosedFormGuide(
     elbo=_classification_elbo,
     guide=_make_guide(has_gamma=False),
     predict=_classification_predict,
+    check_new=_check_new_args,
     relevance=_classification_relevance,
     elbo_exact=_classification_elbo_exact,
     bound="jaakkola-jordan",
@@ -326,8 +333,8 @@ def _regression_relevance(state: RegressionState, data: RobustData):
 def _regression_predict(state: RegressionState, data: RobustData, Phi_new):
     """Predictive mean Phi_new mu and the variance phi^T Sigma phi + E[1/(gamma omega)] of a new
     observation whose weight is drawn from the prior (E[1/omega] = d/(c-1) for c > 1; for c <= 1
-    the predictive variance is infinite)."""
-    mean, var = G.linear_moments(state.w, _check_new_design(Phi_new, data.base))
+    the predictive variance is infinite; ``Phi_new`` checked by :func:`_check_new_args`)."""
+    mean, var = G.linear_moments(state.w, Phi_new)
     e_inv_gamma = state.gamma_rate / (state.gamma_shape - 1.0)
     e_inv_omega = jnp.where(data.c > 1.0, data.d / (data.c - 1.0), jnp.inf)
     return mean, var + e_inv_gamma * e_inv_omega
@@ -340,6 +347,7 @@ REGRESSION_GUIDE = ClosedFormGuide(
     elbo=_regression_elbo,
     guide=_make_guide(has_gamma=True),
     predict=_regression_predict,
+    check_new=_check_new_args,
     relevance=_regression_relevance,
     elbo_exact=None,
     bound="none",

@@ -228,9 +228,15 @@ def _check_new_design(Phi_new, data):
     return Phi_new
 
 
+def _check_new_args(data, Phi_new):
+    """``check_new`` of the RVM guides: ``Phi_new`` as a float64 matrix with the fit's columns."""
+    return (_check_new_design(Phi_new, data),)
+
+
 def _regression_predict(state: RegressionState, data: RegressionData, Phi_new):
-    """Predictive mean Phi_new mu and variance 1/E[gamma] + phi^T Sigma phi of a new observation."""
-    mean, var = G.linear_moments(state.w, _check_new_design(Phi_new, data))
+    """Predictive mean Phi_new mu and variance 1/E[gamma] + phi^T Sigma phi of a new observation
+    (``Phi_new`` checked by :func:`_check_new_args`)."""
+    mean, var = G.linear_moments(state.w, Phi_new)
     return mean, var + state.gamma_rate / state.gamma_shape
 
 
@@ -241,6 +247,7 @@ REGRESSION_GUIDE = ClosedFormGuide(
     elbo=_regression_elbo,
     guide=_make_guide(has_gamma=True),
     predict=_regression_predict,
+    check_new=_check_new_args,
     relevance=_regression_relevance,
     elbo_exact=None,
     bound="none",
@@ -299,8 +306,9 @@ def _classification_relevance(state: ClassificationState, data: ClassificationDa
 
 
 def _classification_predict(state: ClassificationState, data: ClassificationData, Phi_new):
-    """P(t = 1 | t_train) = E_q[sigma(phi^T w)], shape (N_new,), by quadrature."""
-    mean, var = G.linear_moments(state.w, _check_new_design(Phi_new, data))
+    """P(t = 1 | t_train) = E_q[sigma(phi^T w)], shape (N_new,), by quadrature (``Phi_new`` checked
+    by :func:`_check_new_args`)."""
+    mean, var = G.linear_moments(state.w, Phi_new)
     return expected_sigmoid(mean, var)
 
 
@@ -311,6 +319,7 @@ CLASSIFICATION_GUIDE = ClosedFormGuide(
     elbo=_classification_elbo,
     guide=_make_guide(has_gamma=False),
     predict=_classification_predict,
+    check_new=_check_new_args,
     relevance=_classification_relevance,
     elbo_exact=_classification_elbo_exact,
     bound="jaakkola-jordan",

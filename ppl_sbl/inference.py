@@ -48,6 +48,11 @@ class ClosedFormGuide(NamedTuple):
         A NumPyro guide with the model's signature, for ``Predictive`` and ``Trace_ELBO``.
     predict(state, data, *new_args) -> array or tuple
         Predictions for new inputs (see each model).
+    check_new(data, *new_args) -> new_args or None
+        Validation of ``predict``'s new arguments (shapes against the fit, NaN), which needs
+        their values: where given, results run it first and then ``predict`` compiled, which
+        must then be a pure JAX function of already checked arguments; without it ``predict``
+        runs as it is, op by op, and checks its own arguments.
     relevance(state, data) -> (prior_precision, data_precision)
         Per-coefficient precisions (M,) used by the relevance rule and by pruning.
     elbo_exact(state, data) -> scalar or None
@@ -77,6 +82,7 @@ class ClosedFormGuide(NamedTuple):
     observed: str = "t"
     bound_gaps: Optional[Callable] = None
     extras: Optional[Callable] = None
+    check_new: Optional[Callable] = None
 
 
 def closed_form_guide(guide):
@@ -576,7 +582,11 @@ class CAVIResult:
 
     def predict(self, *new_args):
         """Predictions for new inputs (regression: mean and variance; classification: P(t=1))."""
-        out = self.guide_spec.predict(self.state, self.data, *new_args)
+        spec = self.guide_spec
+        if spec.check_new is None:
+            out = spec.predict(self.state, self.data, *new_args)
+        else:  # checked with their values, then one compiled function (per guide and shape)
+            out = _compiled("predict", spec, spec.predict)(self.state, self.data, *spec.check_new(self.data, *new_args))
         return jax.tree.map(np.asarray, out)
 
     def sample(self, key, num_samples: int = 1000) -> dict:

@@ -54,6 +54,40 @@ def test_estimator_bad_input():
         ppl_sbl.CAVI(rvm.regression, tol=0.0)
 
 
+@pytest.mark.parametrize("name", ["rvm.regression", "rvm.classification", "robust_rvm.regression",
+                                  "robust_rvm.classification", "grid_rvm.regression", "grid_rvm.classification"])
+def test_predict_checks_new_inputs_before_its_compiled_computation(name):
+    """A result's ``predict`` checks the new inputs with their values (a ValueError naming the
+    argument) and then runs the guide's predict compiled: the same numbers as the guide's own
+    function run op by op on the checked inputs."""
+    import jax
+
+    from ppl_sbl.models import grid_rvm, robust_rvm
+
+    module, kind = name.split(".")
+    model = getattr({"rvm": rvm, "robust_rvm": robust_rvm, "grid_rvm": grid_rvm}[module], kind)
+    rng = np.random.default_rng(2)
+    shape = (30, 3, 4) if module == "grid_rvm" else (30, 5)
+    X = rng.normal(size=shape)
+    f = X.reshape(30, -1) @ rng.normal(size=int(np.prod(shape[1:])))
+    t = (f > 0).astype(float) if kind == "classification" else f + 0.1 * rng.normal(size=30)
+    res = _fit(model, X, t, max_sweeps=20)
+    arg = "X_new" if module == "grid_rvm" else "Phi_new"
+    wrong = rng.normal(size=(4, *[n + 1 for n in shape[1:]]))
+    with pytest.raises(ValueError, match=f"`{arg}`"):
+        res.predict(wrong)
+    bad = X[:4].copy()
+    bad[1].flat[0] = np.nan
+    with pytest.raises(ValueError, match=f"`{arg}`.*NaN"):
+        res.predict(bad)
+    spec = res.guide_spec
+    eager = spec.predict(res.state, res.data, *spec.check_new(res.data, X[:4]))
+    compiled = res.predict(X[:4])
+    assert len(jax.tree.leaves(compiled)) == (1 if kind == "classification" else 2)
+    for a, b in zip(jax.tree.leaves(compiled), jax.tree.leaves(eager)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
 def test_model_without_guide_and_without_latent_sites_is_refused_with_a_hint():
     def my_model(Phi, t=None):
         pass
