@@ -33,7 +33,8 @@ Per N:
   (the triangular inverse has as many flops as the factorisation, N^3 / 3, so a ratio above 1 is
   the library's speed on it);
 * the floor under the natural evaluation: its LAPACK calls alone, per latent dimension B_q copied
-  into a Fortran-ordered buffer, factorised (dpotrf) and its factor inverted
+  into a Fortran-ordered buffer, factorised (dpotrf) and its factor inverted (the evaluation does
+  this to C_q = K + Lambda_q^-1 = A^-1 B_q A^-1, the same work on a rescaled matrix)
   (``gplvm._triangular_inverse``: at N = 100 and 200 faster than LAPACK's trtri and than trsm
   against the identity, and within 4% of the fastest recursive blocking tried, one with trsm
   base cases), in place, with nothing else; and

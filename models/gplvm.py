@@ -407,8 +407,9 @@ def _triangular_inverse(L, base=64):
 
 
 def _host_factor(K, lam, r=None, *, chunk_elements=2**17):
-    """What one step of :func:`_fit_natural` needs of B_q = I + A K A, A = diag(lam_q)^1/2, for
-    each latent dimension (``lam`` (Q, N), positive), by LAPACK: log|B_q|, diag(B_q^-1) (the bound
+    """What one step of :func:`_fit_natural` needs of B_q = I + A K A, A = diag(lam_q)^1/2 (S_q =
+    (K^-1 + Lambda_q)^-1 = A^-1 (I - B_q^-1) A^-1 in the parametrisation (5.28)), for each latent
+    dimension (``lam`` (Q, N), positive), by LAPACK: log|B_q|, diag(B_q^-1) (the bound
     needs the diagonal of B_q^-1 only, not B_q^-1 in full), and with ``r`` (Q, N) the natural
     direction of the means, A B_q^-1 A^-1 r_q = (I + Lambda_q K)^-1 r_q = K^-1 S_q r_q. Returns
     (diag B^-1 (Q, N), log|B| (Q,), direction (Q, N) or None); a factorisation that fails gives NaN
