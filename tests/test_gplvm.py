@@ -349,6 +349,56 @@ def test_host_factor_chunks_and_failed_factorisations(chunk_dims):
                                    atol=1e-9 * np.abs(r[q]).max())
 
 
+@pytest.mark.parametrize("N", [1, 7, 64, 65, 131, 257])
+def test_stacked_triangular_inverse_against_numpy(N):
+    """The batched JAX inverse of lower-triangular factors against numpy's inverse of each, from a
+    single block (one triangular solve) to three levels of blocking, odd sizes (a padded block)
+    included."""
+    rng = np.random.default_rng(N)
+    Ls = []
+    for _ in range(3):
+        G = rng.normal(size=(N, N))
+        Ls.append(np.linalg.cholesky(G @ G.T / N + np.eye(N)))
+    inv = np.asarray(gplvm._stacked_triangular_inverse(jnp.asarray(np.stack(Ls))))
+    for L, W in zip(Ls, inv):
+        np.testing.assert_allclose(W, np.linalg.inv(L), rtol=0, atol=1e-12 * np.abs(np.linalg.inv(L)).max())
+        assert np.all(np.triu(W, 1) == 0.0)
+
+
+@pytest.mark.parametrize("N", [30, 131])
+def test_device_factor_against_dense_algebra_and_the_host_route(N):
+    """:func:`gplvm._device_factor` (one compiled program for every latent dimension) against
+    numpy's slogdet, inverse and solve of B_q = I + A K A, with precisions spanning eight orders of
+    magnitude, and against :func:`gplvm._host_factor`; a failed factorisation gives NaN in its
+    dimension only."""
+    rng = np.random.default_rng(4)
+    Q = 4
+    X = rng.normal(size=(N, 3))
+    K = np.exp(-0.5 * np.sum((X[:, None] - X[None]) ** 2, -1)) + 1e-6 * np.eye(N)
+    lam = np.exp(rng.uniform(-9, 9, size=(Q, N)))
+    r = rng.normal(size=(Q, N))
+    dinv, logdet, sol = (np.asarray(x) for x in gplvm._device_factor(jnp.asarray(K), lam, r))
+    host = gplvm._host_factor(K, lam, r)
+    np.testing.assert_allclose(dinv, host[0], rtol=1e-11)
+    np.testing.assert_allclose(logdet, host[1], rtol=1e-12)
+    for q in range(Q):
+        a = np.sqrt(lam[q])
+        B = np.eye(N) + a[:, None] * K * a[None, :]
+        np.testing.assert_allclose(dinv[q], np.diag(np.linalg.inv(B)), rtol=1e-9)
+        assert logdet[q] == pytest.approx(np.linalg.slogdet(B)[1], rel=1e-10)
+        np.testing.assert_allclose(sol[q], np.linalg.solve(np.eye(N) + lam[q][:, None] * K, r[q]), rtol=1e-7,
+                                   atol=1e-9 * np.abs(r[q]).max())
+    K2 = K - 2.0 * np.eye(N)  # indefinite: C_q = K2 + Lambda_q^-1 is not positive definite for large lambda
+    lam2 = np.full((Q, N), 0.2)
+    lam2[1] = 50.0
+    dinv, logdet, sol = (np.asarray(x) for x in gplvm._device_factor(jnp.asarray(K2), lam2, r))
+    host = gplvm._host_factor(K2, lam2, r)
+    assert np.all(np.isnan(dinv[1])) and np.isnan(logdet[1]) and np.all(np.isnan(sol[1]))
+    for q in (0, 2, 3):
+        np.testing.assert_allclose(dinv[q], host[0][q], rtol=1e-10)
+        np.testing.assert_allclose(sol[q], host[2][q], rtol=1e-7, atol=1e-9 * np.abs(r[q]).max())
+
+
 def test_update_of_some_latent_dimensions_equals_the_whole_computation():
     """:meth:`_NaturalProblem.update` of a subset of latent dimensions (the pruned sweep) from the
     state at (mubar, lambda) equals q(X)'s moments computed afresh for every dimension at the new
