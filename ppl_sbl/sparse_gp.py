@@ -168,118 +168,38 @@ class PsiStats(NamedTuple):
     Psi2: jax.Array  # (M, M)  sum_n <k(z_m, x_n) k(x_n, z_m')>   (5.24)
 
 
-def _pairs(M):
-    """The M (M + 1) / 2 pairs m <= m' of inducing inputs: their indices, the (M, M) index of
-    each entry's pair, and the (P, M) incidence matrices E (z_m + z_m' = E Z) and D (z_m - z_m' =
-    D Z), which the gradient uses in place of scatters."""
-    iu, ju = np.triu_indices(M)
-    index = np.zeros((M, M), dtype=np.int64)
-    index[iu, ju] = index[ju, iu] = np.arange(len(iu))
-    E, D = np.zeros((len(iu), M)), np.zeros((len(iu), M))
-    np.add.at(E, (np.arange(len(iu)), iu), 1.0)
-    np.add.at(E, (np.arange(len(iu)), ju), 1.0)
-    np.add.at(D, (np.arange(len(iu)), iu), 1.0)
-    np.add.at(D, (np.arange(len(iu)), ju), -1.0)
-    return iu, ju, index, E, D
-
-
-def _rbf_ard_psi_forward(var, a, mu, S, Z):
-    """psi0, Psi1, Psi2 of the RBF-ARD kernel (variance ``var``, inverse squared length-scales
-    ``a`` (Q,)), and what their gradient reuses."""
-    N, M = mu.shape[0], Z.shape[0]
-    # Psi1_nm = s2 prod_q (a_q S_nq + 1)^-1/2 exp(-a_q (mu_nq - z_mq)^2 / (2 (a_q S_nq + 1)));
-    # with c = a / (a S + 1) the exponent's sum over q expands into c.mu_n^2 - 2 (c mu_n).z_m
-    # + c.z_m^2: products of (N, Q) and (Q, M) matrices, no (N, M, Q) array
-    d1 = a * S + 1.0  # (N, Q)
-    c = a / d1
-    e1 = jnp.sum(c * mu**2, 1)[:, None] - 2.0 * (c * mu) @ Z.T + c @ (Z**2).T
-    Psi1 = var * jnp.exp(-0.5 * (jnp.sum(jnp.log(d1), 1)[:, None] + e1))
-    # Psi2_mm' = s2^2 sum_n prod_q (2 a_q S_nq + 1)^-1/2
-    #            exp(-a_q (z_mq - z_m'q)^2 / 4 - a_q (mu_nq - zbar_q)^2 / (2 a_q S_nq + 1)),
-    # zbar = (z_m + z_m') / 2, for the M (M + 1) / 2 pairs m <= m' only (Psi2 is symmetric);
-    # with w = a / (2 a S + 1) the log of the n-th term is one product of an (N, 2Q + 1) and a
-    # (2Q + 1, pairs) matrix: [w mu, w, -w.mu^2 + log-det] . [2 zbar, -zbar^2, 1]: O(N M^2 Q)
-    # in one GEMM, then exp and a sum over n
-    iu, ju, index, _, _ = _pairs(M)
-    zbar = 0.5 * (Z[iu] + Z[ju])  # (P, Q)
-    diff = Z[iu] - Z[ju]
-    d2 = 2.0 * a * S + 1.0
-    w = a / d2
-    head = jnp.concatenate([w * mu, w, (-0.5 * jnp.sum(jnp.log(d2), 1) - jnp.sum(w * mu**2, 1))[:, None]], 1)
-    tail = jnp.concatenate([2.0 * zbar, -(zbar**2), jnp.ones_like(zbar[:, :1])], 1)
-    T = jnp.exp(head @ tail.T)  # (N, P)
-    pairs = var**2 * jnp.exp(-0.25 * (diff**2 @ a)) * jnp.sum(T, 0)  # (P,)
-    return (N * var, Psi1, pairs[index]), (d1, c, Psi1, d2, w, head, tail, T, pairs, zbar, diff)
-
-
-@jax.custom_vjp
-def _rbf_ard_psi(var, a, mu, S, Z):
-    """:func:`_rbf_ard_psi_forward`'s statistics, with a gradient written out: reverse-mode
-    differentiation of the forward pass would trace a few hundred small operations (the pair
-    gathers' scatters, the concatenations' slices), each a separate step on the CPU; the
-    gradient below is a dozen matrix products and elementwise passes. The tests compare it with
-    JAX's own reverse mode of the forward pass."""
-    return _rbf_ard_psi_forward(var, a, mu, S, Z)[0]
-
-
-def _rbf_ard_psi_fwd(var, a, mu, S, Z):
-    out, res = _rbf_ard_psi_forward(var, a, mu, S, Z)
-    return out, (var, a, mu, S, Z, res)
-
-
-def _rbf_ard_psi_bwd(saved, cotangents):
-    var, a, mu, S, Z, (d1, c, Psi1, d2, w, head, tail, T, pairs, zbar, diff) = saved
-    g0, G1, G2 = cotangents
-    N, Q = mu.shape
-    M = Z.shape[0]
-    _, _, _, E, D = _pairs(M)
-    iu, ju = np.triu_indices(M)
-    # psi0 = N var
-    g_var = N * g0
-    # Psi1 = var exp(l1), l1 = -(sum_q log d1 + c.(mu - z)^2) / 2
-    R1 = G1 * Psi1  # d / d l1
-    g_var = g_var + jnp.sum(R1) / var
-    r1 = jnp.sum(R1, 1)[:, None]  # (N, 1)
-    RZ, RZ2 = R1 @ Z, R1 @ Z**2  # (N, Q)
-    # d l1 / d c = -(mu^2 r1 - 2 mu (R Z) + R Z^2) / 2 summed over m; d l1 / d log d1 = -r1 / 2
-    g_c = -0.5 * (mu**2 * r1 - 2.0 * mu * RZ + RZ2)
-    g_mu = -c * (mu * r1 - RZ)
-    g_Z = R1.T @ (c * mu) - Z * (R1.T @ c)
-    g_d1 = -0.5 * r1 / d1 - g_c * c / d1  # c = a / d1
-    g_a = jnp.sum(g_c / d1, 0) + jnp.sum(S * g_d1, 0)
-    g_S = a * g_d1
-    # Psi2 = pairs[index]: each pair's cotangent gathers its two entries (one on the diagonal)
-    gp = ((G2 + G2.T) * np.where(np.eye(M, dtype=bool), 0.5, 1.0))[iu, ju]  # (P,)
-    gpp = gp * pairs  # d / d log pairs
-    g_var = g_var + 2.0 * jnp.sum(gpp) / var
-    # log pairs = 2 log var - a.diff^2 / 4 + log sum_n exp(head_n . tail_p)
-    g_a = g_a - 0.25 * (gpp @ diff**2)
-    g_Z = g_Z - 0.5 * D.T @ (gpp[:, None] * diff * a)
-    R2 = T * (gp * var**2 * jnp.exp(-0.25 * (diff**2 @ a)))  # d / d (head tail^T), (N, P)
-    g_head, g_tail = R2 @ tail, R2.T @ head  # (N, 2Q + 1), (P, 2Q + 1)
-    g_zbar = 2.0 * g_tail[:, :Q] - 2.0 * zbar * g_tail[:, Q:2 * Q]
-    g_Z = g_Z + 0.5 * E.T @ g_zbar
-    # head = [w mu, w, -sum log d2 / 2 - w.mu^2]
-    h = g_head[:, 2 * Q:]
-    g_w = mu * g_head[:, :Q] + g_head[:, Q:2 * Q] - mu**2 * h
-    g_mu = g_mu + w * g_head[:, :Q] - 2.0 * w * mu * h
-    g_d2 = -0.5 * h / d2 - g_w * w / d2  # w = a / d2
-    g_a = g_a + jnp.sum(g_w / d2, 0) + 2.0 * jnp.sum(S * g_d2, 0)
-    g_S = g_S + 2.0 * a * g_d2
-    return g_var, g_a, g_mu, g_S, g_Z
-
-
-_rbf_ard_psi.defvjp(_rbf_ard_psi_fwd, _rbf_ard_psi_bwd)
-
-
 @functools.partial(jax.jit, static_argnums=0)
 def psi_statistics(name, params, mu, S, Z):
     """psi0, Psi1, Psi2 of the ``"rbf_ard"`` or ``"linear"`` kernel in closed form, for inputs
     x_n ~ N(mu_n, diag(S_n)) (``mu``, ``S``: (N, Q) means and marginal variances) and inducing
     inputs ``Z`` (M, Q). Only the marginals of q(X) enter (each term involves one x_n)."""
     if name == "rbf_ard":
-        a = jnp.broadcast_to(params["alpha"], mu.shape[1:]).astype(mu.dtype)
-        return PsiStats(*_rbf_ard_psi(params["variance"], a, mu, S, Z))
+        var, a = params["variance"], params["alpha"]
+        N, M = mu.shape[0], Z.shape[0]
+        # Psi1_nm = s2 prod_q (a_q S_nq + 1)^-1/2 exp(-a_q (mu_nq - z_mq)^2 / (2 (a_q S_nq + 1)));
+        # with c = a / (a S + 1) the exponent's sum over q expands into c.mu_n^2 - 2 (c mu_n).z_m
+        # + c.z_m^2: products of (N, Q) and (Q, M) matrices, no (N, M, Q) array
+        d1 = a * S + 1.0  # (N, Q)
+        c = a / d1
+        e1 = jnp.sum(c * mu**2, 1)[:, None] - 2.0 * (c * mu) @ Z.T + c @ (Z**2).T
+        Psi1 = var * jnp.exp(-0.5 * (jnp.sum(jnp.log(d1), 1)[:, None] + e1))
+        # Psi2_mm' = s2^2 sum_n prod_q (2 a_q S_nq + 1)^-1/2
+        #            exp(-a_q (z_mq - z_m'q)^2 / 4 - a_q (mu_nq - zbar_q)^2 / (2 a_q S_nq + 1)),
+        # zbar = (z_m + z_m') / 2, for the M (M + 1) / 2 pairs m <= m' only (Psi2 is symmetric);
+        # with w = a / (2 a S + 1) the log of the n-th term is one product of an (N, 2Q + 1) and a
+        # (2Q + 1, pairs) matrix: [w mu, w, -w.mu^2 + log-det] . [2 zbar, -zbar^2, 1]: O(N M^2 Q)
+        # in one GEMM, then exp and a sum over n
+        iu, ju = np.triu_indices(M)
+        zbar = 0.5 * (Z[iu] + Z[ju])  # (P, Q)
+        dz = jnp.sum(a * (Z[iu] - Z[ju]) ** 2, 1)  # (P,)
+        d2 = 2.0 * a * S + 1.0
+        w = a / d2
+        head = jnp.concatenate([w * mu, w, (-0.5 * jnp.sum(jnp.log(d2), 1) - jnp.sum(w * mu**2, 1))[:, None]], 1)
+        tail = jnp.concatenate([2.0 * zbar, -(zbar**2), jnp.ones_like(zbar[:, :1])], 1)
+        pairs = var**2 * jnp.exp(-0.25 * dz) * jnp.sum(jnp.exp(head @ tail.T), 0)  # (P,)
+        index = np.zeros((M, M), dtype=np.int64)
+        index[iu, ju] = index[ju, iu] = np.arange(len(iu))
+        return PsiStats(N * var, Psi1, pairs[index])
     if name == "linear":
         a = params["variance"] * jnp.ones(mu.shape[1], mu.dtype)
         psi0 = jnp.sum(a * (mu**2 + S))
