@@ -27,7 +27,9 @@ Per N:
 
 * what the natural-gradient fit (the default) evaluates instead: the bound and its gradient in
   q(X)'s means and marginal variances and the hyperparameters (``gplvm._NaturalProblem``: one
-  potrf and one triangular inverse per latent dimension, no B_q^-1 in full), its ratio to JAX's
+  potrf and one triangular inverse per latent dimension, no B_q^-1 in full; up to N = 256 as one
+  compiled JAX program for all of them, ``gplvm._device_factor``, above it by LAPACK from the
+  host, ``gplvm._host_factor``), its ratio to JAX's
   Cholesky, and its two parts: q(X)'s moments (the N x N work) and the data term's value and
   gradient (the Psi statistics); beside them LAPACK's trtri over its potrf on the same matrices
   (the triangular inverse has as many flops as the factorisation, N^3 / 3, so a ratio above 1 is
@@ -40,8 +42,9 @@ Per N:
   base cases), in place, with nothing else; and
   the floor ratio (floor + the data term) / JAX's Cholesky, of medians and of minima. q(X)'s
   variances need diag(B_q^-1), so the triangular inverse's N^3 / 3 flops on top of the
-  factorisation's; where the floor ratio is above 3 the goal needs a faster triangular inverse or
-  data term than this machine's LAPACK and XLA give, not less overhead around them.
+  factorisation's. This is the floor of the host route, one LAPACK call after another; the
+  compiled route of N <= 256 can go below it (one batched call each for the Cholesky
+  factorisations and the base blocks of the inverse, the rest in batched matrix products).
 
 Whole fits (``--fit-sizes``, default 500 and 1797, each with every one of ``--optimizers``;
 ``--fit-steps`` sweeps or L-BFGS iterations at most, 300 and 40 by default): seconds, iterations,
