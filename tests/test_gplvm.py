@@ -301,6 +301,20 @@ def test_triangular_inverse_against_numpy(N):
     assert np.all(np.triu(inv, 1) == 0.0)
 
 
+def assert_factor_is_dense_algebra(dinv, logdet, sol, K, lam, r, dims):
+    """diag(B_q^-1), log|B_q| and (I + Lambda_q K)^-1 r_q against numpy's inverse, slogdet and solve
+    of B_q = I + A K A itself, for the latent dimensions ``dims``."""
+    N = K.shape[0]
+    for q in dims:
+        a = np.sqrt(lam[q])
+        B = np.eye(N) + a[:, None] * K * a[None, :]
+        assert np.linalg.eigvalsh(B).min() > 0
+        np.testing.assert_allclose(dinv[q], np.diag(np.linalg.inv(B)), rtol=1e-9)
+        assert logdet[q] == pytest.approx(np.linalg.slogdet(B)[1], rel=1e-10)
+        np.testing.assert_allclose(sol[q], np.linalg.solve(np.eye(N) + lam[q][:, None] * K, r[q]), rtol=1e-7,
+                                   atol=1e-9 * np.abs(r[q]).max())
+
+
 @pytest.mark.parametrize("N", [30, 131])
 def test_host_factor_against_dense_algebra(N):
     """log|B_q|, diag(B_q^-1) and (I + Lambda_q K)^-1 r_q of :func:`gplvm._host_factor` (computed
@@ -314,13 +328,7 @@ def test_host_factor_against_dense_algebra(N):
     lam = np.exp(rng.uniform(-9, 9, size=(Q, N)))
     r = rng.normal(size=(Q, N))
     dinv, logdet, sol = gplvm._host_factor(K, lam, r)
-    for q in range(Q):
-        a = np.sqrt(lam[q])
-        B = np.eye(N) + a[:, None] * K * a[None, :]
-        np.testing.assert_allclose(dinv[q], np.diag(np.linalg.inv(B)), rtol=1e-9)
-        assert logdet[q] == pytest.approx(np.linalg.slogdet(B)[1], rel=1e-10)
-        np.testing.assert_allclose(sol[q], np.linalg.solve(np.eye(N) + lam[q][:, None] * K, r[q]), rtol=1e-7,
-                                   atol=1e-9 * np.abs(r[q]).max())
+    assert_factor_is_dense_algebra(dinv, logdet, sol, K, lam, r, range(Q))
 
 
 @pytest.mark.parametrize("chunk_dims", [1, 3])
@@ -339,14 +347,7 @@ def test_host_factor_chunks_and_failed_factorisations(chunk_dims):
     r = rng.normal(size=(Q, N))
     dinv, logdet, sol = gplvm._host_factor(K, lam, r, chunk_elements=chunk_dims * N * N)
     assert np.all(np.isnan(dinv[2])) and np.isnan(logdet[2]) and np.all(np.isnan(sol[2]))
-    for q in (0, 1, 3, 4):
-        a = np.sqrt(lam[q])
-        B = np.eye(N) + a[:, None] * K * a[None, :]
-        assert np.linalg.eigvalsh(B).min() > 0
-        np.testing.assert_allclose(dinv[q], np.diag(np.linalg.inv(B)), rtol=1e-9)
-        assert logdet[q] == pytest.approx(np.linalg.slogdet(B)[1], rel=1e-10)
-        np.testing.assert_allclose(sol[q], np.linalg.solve(np.eye(N) + lam[q][:, None] * K, r[q]), rtol=1e-7,
-                                   atol=1e-9 * np.abs(r[q]).max())
+    assert_factor_is_dense_algebra(dinv, logdet, sol, K, lam, r, (0, 1, 3, 4))
 
 
 @pytest.mark.parametrize("N", [1, 7, 64, 65, 131, 257])
@@ -381,13 +382,7 @@ def test_device_factor_against_dense_algebra_and_the_host_route(N):
     host = gplvm._host_factor(K, lam, r)
     np.testing.assert_allclose(dinv, host[0], rtol=1e-11)
     np.testing.assert_allclose(logdet, host[1], rtol=1e-12)
-    for q in range(Q):
-        a = np.sqrt(lam[q])
-        B = np.eye(N) + a[:, None] * K * a[None, :]
-        np.testing.assert_allclose(dinv[q], np.diag(np.linalg.inv(B)), rtol=1e-9)
-        assert logdet[q] == pytest.approx(np.linalg.slogdet(B)[1], rel=1e-10)
-        np.testing.assert_allclose(sol[q], np.linalg.solve(np.eye(N) + lam[q][:, None] * K, r[q]), rtol=1e-7,
-                                   atol=1e-9 * np.abs(r[q]).max())
+    assert_factor_is_dense_algebra(dinv, logdet, sol, K, lam, r, range(Q))
     K2 = K - 2.0 * np.eye(N)  # indefinite: C_q = K2 + Lambda_q^-1 is not positive definite for large lambda
     lam2 = np.full((Q, N), 0.2)
     lam2[1] = 50.0
