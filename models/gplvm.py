@@ -509,7 +509,8 @@ def _stacked_triangular_inverse(L, base=64):
 
 @jax.jit
 def _device_factor(K, lam, r):
-    """:func:`_host_factor` as one compiled JAX program, for small N (at most
+    """:func:`_host_factor` (q(X)'s moments in the parametrisation (5.28)) as one compiled JAX
+    program, for small N (at most
     ``_DEVICE_FACTOR_MAX_N``), where the per-dimension LAPACK calls of the host route cost more in
     call overhead and in trtri's unblocked steps than the extra flops of
     :func:`_stacked_triangular_inverse` do: the Q matrices C_q = K + Lambda_q^-1 factorised by one
@@ -563,7 +564,8 @@ class _NaturalProblem:
     """The pieces of the bound that the natural-gradient fit evaluates, for the supervised or
     autoencoder model with the latent prior fixed: K_Y (computed once), the data term F~ and its
     gradients (compiled once per jitter), and q(X)'s moments from (mubar, lambda) by
-    :func:`_host_factor`."""
+    :func:`_device_factor` (every latent dimension, N <= ``_DEVICE_FACTOR_MAX_N``) or
+    :func:`_host_factor` (larger N, or some of the dimensions)."""
 
     def __init__(self, free, fixed, Y, Z, *, prior_kernel, jitter):
         self.F_value, self.F_grad, self.F_q, self.F_hyper = _data_term_functions(jitter)
@@ -650,7 +652,7 @@ def _fit_natural(free, fixed, Y, Z, *, prior_kernel, jitter, max_steps, tol, hyp
       parts are ascent directions: d bound / d lambda = (S o S)(lambda* - lambda) / 2 with S o S
       positive semi-definite, d bound / d mubar = K_Y (g_mu - mubar). The step needs, per
       latent dimension, the Cholesky factor of B_q, log|B_q| and diag(B_q^-1) only
-      (:func:`_host_factor`, :func:`natural_gradient`): the gradient in (mu, diag S) is free,
+      (:func:`_host_factor` / :func:`_device_factor`, :func:`natural_gradient`): the gradient in (mu, diag S) is free,
       where the gradient in (mubar, lambda) needs B_q^-1 in full.
     * the hyperparameters (inducing inputs, ARD alphas, and the signal variance and noise
       precision where free): ``hyper_steps`` L-BFGS iterations on F~ with q(X) held, which costs

@@ -301,6 +301,15 @@ def test_triangular_inverse_against_numpy(N):
     assert np.all(np.triu(inv, 1) == 0.0)
 
 
+def factor_problem(N, Q, seed):
+    """An RBF K (N, N) with jitter 1e-6, precisions lam (Q, N) over eight orders of magnitude, and
+    directions r (Q, N)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(N, 3))
+    K = np.exp(-0.5 * np.sum((X[:, None] - X[None]) ** 2, -1)) + 1e-6 * np.eye(N)
+    return K, np.exp(rng.uniform(-9, 9, size=(Q, N))), rng.normal(size=(Q, N))
+
+
 def assert_factor_is_dense_algebra(dinv, logdet, sol, K, lam, r, dims):
     """diag(B_q^-1), log|B_q| and (I + Lambda_q K)^-1 r_q against numpy's inverse, slogdet and solve
     of B_q = I + A K A itself, for the latent dimensions ``dims``."""
@@ -321,12 +330,8 @@ def test_host_factor_against_dense_algebra(N):
     through C_q = K + Lambda_q^-1) against numpy's slogdet, inverse and solve of B_q = I + A K A
     itself, with precisions spanning eight orders of magnitude (N = 131: the triangular inverse
     recurses)."""
-    rng = np.random.default_rng(3)
     Q = 4
-    X = rng.normal(size=(N, 3))
-    K = np.exp(-0.5 * np.sum((X[:, None] - X[None]) ** 2, -1)) + 1e-6 * np.eye(N)
-    lam = np.exp(rng.uniform(-9, 9, size=(Q, N)))
-    r = rng.normal(size=(Q, N))
+    K, lam, r = factor_problem(N, Q, seed=3)
     dinv, logdet, sol = gplvm._host_factor(K, lam, r)
     assert_factor_is_dense_algebra(dinv, logdet, sol, K, lam, r, range(Q))
 
@@ -372,12 +377,8 @@ def test_device_factor_against_dense_algebra_and_the_host_route(N):
     numpy's slogdet, inverse and solve of B_q = I + A K A, with precisions spanning eight orders of
     magnitude, and against :func:`gplvm._host_factor`; a failed factorisation gives NaN in its
     dimension only."""
-    rng = np.random.default_rng(4)
     Q = 4
-    X = rng.normal(size=(N, 3))
-    K = np.exp(-0.5 * np.sum((X[:, None] - X[None]) ** 2, -1)) + 1e-6 * np.eye(N)
-    lam = np.exp(rng.uniform(-9, 9, size=(Q, N)))
-    r = rng.normal(size=(Q, N))
+    K, lam, r = factor_problem(N, Q, seed=4)
     dinv, logdet, sol = (np.asarray(x) for x in gplvm._device_factor(jnp.asarray(K), lam, r))
     host = gplvm._host_factor(K, lam, r)
     np.testing.assert_allclose(dinv, host[0], rtol=1e-11)
