@@ -44,7 +44,12 @@ Per N:
   variances need diag(B_q^-1), so the triangular inverse's N^3 / 3 flops on top of the
   factorisation's. This is the floor of the host route, one LAPACK call after another; the
   compiled route of N <= 256 can go below it (one batched call each for the Cholesky
-  factorisations and the base blocks of the inverse, the rest in batched matrix products).
+  factorisations and the base blocks of the inverse, the rest in batched matrix products);
+* the compiled route's floor (N <= 256 only): its batched Cholesky factorisations and stacked
+  triangular inverses with their squared column norms, one compiled program and nothing else, plus
+  the data term, over JAX's Cholesky, of medians and of minima: what the evaluation would cost with
+  no glue between its two parts. Where it is above 3, cutting overhead cannot meet the goal; only a
+  faster triangular inverse or data term could (jaxlib has no LAPACK trtri kernel).
 
 Whole fits (``--fit-sizes``, default 500 and 1797, each with every one of ``--optimizers``;
 ``--fit-steps`` sweeps or L-BFGS iterations at most, 300 and 40 by default): seconds, iterations,
@@ -166,7 +171,7 @@ def time_size(N, args):
             c, _ = lapack.dpotrf(w, lower=1, clean=1, overwrite_a=1)
             gplvm._triangular_inverse(c)
 
-    t, t_min = interleaved_timings({
+    timed = {
         "chol": lambda: jax.block_until_ready(chol(B)),
         "natural": natural_evaluation,
         "vg": lambda: jax.block_until_ready(vg(free, fixed, Y, Z)),
@@ -178,12 +183,25 @@ def time_size(N, args):
         "data": lambda: jax.block_until_ready(prob.gradient(mu0, var0, hyper)),
         "trtri": lambda: [lapack.dtrtri(c, lower=1) for c in factors],
         "floor": lapack_floor,
-    }, args.reps)
+    }
+    # the compiled route's floor (N <= gplvm._DEVICE_FACTOR_MAX_N, where the fit takes that route): its
+    # batched Cholesky factorisations of C_q = K + Lambda_q^-1 and the triangular inverses of their
+    # factors (gplvm._stacked_triangular_inverse) with their squared column norms, one compiled
+    # program with nothing else; with the data term added, what the evaluation costs without any glue
+    # between its two parts (moving K mubar, the variances and the KL term from host to device)
+    compiled = N <= gplvm._DEVICE_FACTOR_MAX_N
+    if compiled:
+        C = K[None] + (1.0 / lam.T)[:, :, None] * jnp.eye(N)[None]
+        compiled_factor = jax.jit(lambda C: jnp.sum(gplvm._stacked_triangular_inverse(jnp.linalg.cholesky(C)) ** 2, 1))
+        timed["compiled_floor"] = lambda: jax.block_until_ready(compiled_factor(C))
+    t, t_min = interleaved_timings(timed, args.reps)
     t_chol, t_nat, t_vg, t_v, t_potrf, t_inverse, t_moments, t_data, t_trtri = (
         t[k] for k in ("chol", "natural", "vg", "v", "potrf", "inverse", "moments", "data", "trtri"))
     nat_min_ratio = t_min["natural"] / t_min["chol"]
     floor_ratio = (t["floor"] + t_data) / t_chol
     floor_min_ratio = (t_min["floor"] + t_min["data"]) / t_min["chol"]
+    compiled_floor_ratio = (t["compiled_floor"] + t_data) / t_chol if compiled else None
+    compiled_floor_min_ratio = (t_min["compiled_floor"] + t_min["data"]) / t_min["chol"] if compiled else None
     row = {"n": N, "latent_dim": args.latent_dim, "num_inducing": args.num_inducing,
            "natural_bound_and_grad_seconds": t_nat, "natural_ratio_to_jax_cholesky": t_nat / t_chol,
            "natural_min_seconds": t_min["natural"], "jax_cholesky_min_seconds": t_min["chol"],
@@ -195,6 +213,10 @@ def time_size(N, args):
            "natural_data_term_min_seconds": t_min["data"], "lapack_floor_seconds": t["floor"],
            "lapack_floor_min_seconds": t_min["floor"], "floor_ratio_to_jax_cholesky": floor_ratio,
            "floor_min_ratio_to_jax_cholesky": floor_min_ratio,
+           "compiled_floor_seconds": t["compiled_floor"] if compiled else None,
+           "compiled_floor_min_seconds": t_min["compiled_floor"] if compiled else None,
+           "compiled_floor_ratio_to_jax_cholesky": compiled_floor_ratio,
+           "compiled_floor_min_ratio_to_jax_cholesky": compiled_floor_min_ratio,
            "bound_and_grad_seconds": t_vg,
            "bound_seconds": t_v, "jax_cholesky_seconds": t_chol, "lapack_potrf_seconds": t_potrf,
            "lapack_inverse_seconds": t_inverse, "ratio_to_jax_cholesky": t_vg / t_chol,
@@ -204,7 +226,8 @@ def time_size(N, args):
     print(f"{N:>5} | {t_nat:10.4f} {t_vg:10.4f} {t_v:9.4f} | {t_chol:10.4f} {t_potrf:10.4f} {t_inverse:10.4f} | "
           f"{t_nat / t_chol:9.2f} {nat_min_ratio:9.2f} | {t_vg / t_chol:9.2f} {t_vg / t_potrf:9.2f} {t_vg / t_inverse:9.2f} | "
           f"{t_inverse / t_chol:9.2f} | {t_moments / t_chol:7.2f} {t_data / t_chol:7.2f} {t_trtri / t_potrf:7.2f} | "
-          f"{floor_ratio:7.2f} {floor_min_ratio:7.2f}", flush=True)
+          f"{floor_ratio:7.2f} {floor_min_ratio:7.2f} | "
+          + (f"{compiled_floor_ratio:7.2f} {compiled_floor_min_ratio:7.2f}" if compiled else "      -       -"), flush=True)
     return row
 
 
@@ -257,6 +280,8 @@ def main(argv=None):
         p.error("--fit-steps needs one value per --fit-sizes")
     import jax
 
+    from ppl_sbl.models import gplvm
+
     env = environment("sklearn")
     print(f"# GPLVM benchmark  {env['date']}  backend={jax.default_backend()}  cpus={env['cpu_count']}  "
           f"load={env['load_average']}  affinity={env['cpu_affinity']}  blas threads={env['blas_threads_env']}  "
@@ -264,7 +289,8 @@ def main(argv=None):
     print("\n    N |  natural s exact grad s  bound s | Q chol JAX s  Q potrf s Q inverse s | natural / chol JAX: "
           "medians, minima | exact: / chol JAX  / potrf  / inverse | inverse / chol JAX | natural's parts / chol JAX: moments, data "
           "term | LAPACK trtri / potrf | floor (LAPACK's potrf + triangular inverse, + data term) / chol JAX: medians, "
-          "minima", flush=True)
+          "minima | compiled floor (batched Cholesky + stacked triangular inverse, + data term; N <= "
+          f"{gplvm._DEVICE_FACTOR_MAX_N}) / chol JAX: medians, minima", flush=True)
     out = args.out.replace(".json", "_quick.json") if args.quick else args.out
     os.makedirs(os.path.dirname(out), exist_ok=True)
     record = {"benchmark": "supervised GPLVM bound and gradient vs Q Cholesky factorisations", "environment": env,
@@ -295,6 +321,9 @@ def main(argv=None):
         "max_floor_min_ratio_to_jax_cholesky": max(r["floor_min_ratio_to_jax_cholesky"] for r in rows),
         "floor_sizes_above_3x_jax_cholesky": [r["n"] for r in rows if max(
             r["floor_ratio_to_jax_cholesky"], r["floor_min_ratio_to_jax_cholesky"]) > 3.0],
+        "compiled_floor_sizes_above_3x_jax_cholesky": [
+            r["n"] for r in rows if r["compiled_floor_ratio_to_jax_cholesky"] is not None and max(
+                r["compiled_floor_ratio_to_jax_cholesky"], r["compiled_floor_min_ratio_to_jax_cholesky"]) > 3.0],
     }
     print(f"# log-log slope in N: natural {summary['slope_natural']:.2f}, exact bound+grad "
           f"{summary['slope_bound_and_grad']:.2f}, Q Cholesky (JAX) "
@@ -318,7 +347,8 @@ def main(argv=None):
           f"{summary['max_ratio_to_lapack_potrf']:.2f} to LAPACK's; within 3x at N = "
           f"{summary['sizes_within_3x_jax_cholesky']}; largest ratio to the potrf + potri floor "
           f"{summary['max_ratio_to_lapack_inverse']:.2f}; the floor, LAPACK's potrf + triangular inverse + the data "
-          f"term, is above 3x at N = {summary['floor_sizes_above_3x_jax_cholesky']})", flush=True)
+          f"term, is above 3x at N = {summary['floor_sizes_above_3x_jax_cholesky']}; the compiled route's floor at N = "
+          f"{summary['compiled_floor_sizes_above_3x_jax_cholesky']})", flush=True)
     record.update(goals=goals, partial=False)
     save()
     print(f"# wrote {out}", flush=True)

@@ -22,6 +22,13 @@ def test_gplvm_bench_quick(tmp_path):
         assert r["floor_min_ratio_to_jax_cholesky"] == (
             (r["lapack_floor_min_seconds"] + r["natural_data_term_min_seconds"]) / r["jax_cholesky_min_seconds"])
         assert 0 < r["lapack_floor_min_seconds"] <= r["lapack_floor_seconds"]
+        # the compiled route's floor (N <= 256, both quick sizes): its factorisations and inverses alone,
+        # plus the data term
+        assert r["compiled_floor_ratio_to_jax_cholesky"] == (
+            (r["compiled_floor_seconds"] + r["natural_data_term_seconds"]) / r["jax_cholesky_seconds"])
+        assert r["compiled_floor_min_ratio_to_jax_cholesky"] == (
+            (r["compiled_floor_min_seconds"] + r["natural_data_term_min_seconds"]) / r["jax_cholesky_min_seconds"])
+        assert 0 < r["compiled_floor_min_seconds"] <= r["compiled_floor_seconds"]
         # a minimum over the rounds is at most their median
         assert r["natural_min_seconds"] <= r["natural_bound_and_grad_seconds"]
         assert r["jax_cholesky_min_seconds"] <= r["jax_cholesky_seconds"]
@@ -40,6 +47,9 @@ def test_gplvm_bench_quick(tmp_path):
         max(r["ratio_to_jax_cholesky"] for r in rows) <= 3.0)
     assert record["summary"]["floor_sizes_above_3x_jax_cholesky"] == [
         r["n"] for r in rows if max(r["floor_ratio_to_jax_cholesky"], r["floor_min_ratio_to_jax_cholesky"]) > 3.0]
+    assert record["summary"]["compiled_floor_sizes_above_3x_jax_cholesky"] == [
+        r["n"] for r in rows
+        if max(r["compiled_floor_ratio_to_jax_cholesky"], r["compiled_floor_min_ratio_to_jax_cholesky"]) > 3.0]
 
 
 def test_gplvm_spread_quick_summarises_its_runs(tmp_path):
@@ -48,7 +58,8 @@ def test_gplvm_spread_quick_summarises_its_runs(tmp_path):
     runs = record["runs"]
     assert [run["run"] for run in runs] == [1, 2]
     for name, key in (("medians", "natural_ratio_to_jax_cholesky"), ("minima", "natural_min_ratio_to_jax_cholesky"),
-                      ("floor minima", "floor_min_ratio_to_jax_cholesky")):
+                      ("floor minima", "floor_min_ratio_to_jax_cholesky"),
+                      ("compiled floor minima", "compiled_floor_min_ratio_to_jax_cholesky")):
         for j, n in enumerate(r["n"] for r in runs[0]["rows"]):
             values = [run["rows"][j][key] for run in runs]
             s = record["summary"][str(n)][name]
@@ -61,3 +72,18 @@ def test_gplvm_spread_quick_summarises_its_runs(tmp_path):
             assert r["natural_ratio_to_jax_cholesky"] == r["natural_bound_and_grad_seconds"] / r["jax_cholesky_seconds"]
             assert r["natural_min_ratio_to_jax_cholesky"] == r["natural_min_seconds"] / r["jax_cholesky_min_seconds"]
     assert "runs > 3" in proc.stdout
+
+
+def test_spread_summary_is_none_where_a_run_lacks_the_statistic():
+    """The compiled floor is measured up to N = 256 only: at larger N a run records None, and the
+    spread reports no summary rather than failing or counting it."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    import gplvm_spread
+
+    assert gplvm_spread.summarise([2.0, None]) is None
+    s = gplvm_spread.summarise([2.0, 4.0, 3.5])
+    assert (s["min"], s["median"], s["max"], s["runs_above_goal"]) == (2.0, 3.5, 4.0, 2)
+    assert gplvm_spread.fmt(None) == "-" and gplvm_spread.fmt(2.345) == "2.35"
