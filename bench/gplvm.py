@@ -27,9 +27,11 @@ Per N:
 
 * what the natural-gradient fit (the default) evaluates instead: the bound and its gradient in
   q(X)'s means and marginal variances and the hyperparameters (``gplvm._NaturalProblem``: one
-  potrf and one triangular inverse per latent dimension, no B_q^-1 in full; up to N = 256 as one
-  compiled JAX program for all of them, ``gplvm._device_factor``, above it by LAPACK from the
-  host, ``gplvm._host_factor``), its ratio to JAX's
+  Cholesky factor and its inverse per latent dimension, no B_q^-1 in full; up to N =
+  ``gplvm._DEVICE_FACTOR_MAX_N`` (512) as one compiled JAX program for all of them,
+  ``gplvm._device_factor`` (a blocked Cholesky factorisation and inverse, batched matrix products
+  around small LAPACK calls), above it by LAPACK from the host, ``gplvm._host_factor``; where the
+  routes cross: ``bench/gplvm_crossover.py``), its ratio to JAX's
   Cholesky, and its two parts: q(X)'s moments (the N x N work) and the data term's value and
   gradient (the Psi statistics); beside them LAPACK's trtri over its potrf on the same matrices
   (the triangular inverse has as many flops as the factorisation, N^3 / 3, so a ratio above 1 is
@@ -43,10 +45,11 @@ Per N:
   the floor ratio (floor + the data term) / JAX's Cholesky, of medians and of minima. q(X)'s
   variances need diag(B_q^-1), so the triangular inverse's N^3 / 3 flops on top of the
   factorisation's. This is the floor of the host route, one LAPACK call after another; the
-  compiled route of N <= 256 can go below it (one batched call each for the Cholesky
-  factorisations and the base blocks of the inverse, the rest in batched matrix products);
-* the compiled route's floor (N <= 256 only): its batched Cholesky factorisations and stacked
-  triangular inverses with their squared column norms, one compiled program and nothing else, plus
+  compiled route can go below it (batched calls for the Cholesky factorisations and the inverses
+  of small blocks, the rest in batched matrix products);
+* the compiled route's floor (N <= 512 only): its blocked Cholesky factorisations and inverses
+  (``gplvm._stacked_cholesky_inverse``) with their squared column norms, one compiled program and
+  nothing else, plus
   the data term, over JAX's Cholesky, of medians and of minima: what the evaluation would cost with
   no glue between its two parts. Where it is above 3, cutting overhead cannot meet the goal; only a
   faster triangular inverse or data term could (jaxlib has no LAPACK trtri kernel).
@@ -185,14 +188,14 @@ def time_size(N, args):
         "floor": lapack_floor,
     }
     # the compiled route's floor (N <= gplvm._DEVICE_FACTOR_MAX_N, where the fit takes that route): its
-    # batched Cholesky factorisations of C_q = K + Lambda_q^-1 and the triangular inverses of their
-    # factors (gplvm._stacked_triangular_inverse) with their squared column norms, one compiled
+    # blocked Cholesky factorisations of C_q = K + Lambda_q^-1 and the inverses of their factors
+    # (gplvm._stacked_cholesky_inverse) with their squared column norms, one compiled
     # program with nothing else; with the data term added, what the evaluation costs without any glue
     # between its two parts (moving K mubar, the variances and the KL term from host to device)
     compiled = N <= gplvm._DEVICE_FACTOR_MAX_N
     if compiled:
         C = K[None] + (1.0 / lam.T)[:, :, None] * jnp.eye(N)[None]
-        compiled_factor = jax.jit(lambda C: jnp.sum(gplvm._stacked_triangular_inverse(jnp.linalg.cholesky(C)) ** 2, 1))
+        compiled_factor = jax.jit(lambda C: jnp.sum(gplvm._stacked_cholesky_inverse(C)[0] ** 2, 1))
         timed["compiled_floor"] = lambda: jax.block_until_ready(compiled_factor(C))
     t, t_min = interleaved_timings(timed, args.reps)
     t_chol, t_nat, t_vg, t_v, t_potrf, t_inverse, t_moments, t_data, t_trtri = (
@@ -289,7 +292,7 @@ def main(argv=None):
     print("\n    N |  natural s exact grad s  bound s | Q chol JAX s  Q potrf s Q inverse s | natural / chol JAX: "
           "medians, minima | exact: / chol JAX  / potrf  / inverse | inverse / chol JAX | natural's parts / chol JAX: moments, data "
           "term | LAPACK trtri / potrf | floor (LAPACK's potrf + triangular inverse, + data term) / chol JAX: medians, "
-          "minima | compiled floor (batched Cholesky + stacked triangular inverse, + data term; N <= "
+          "minima | compiled floor (blocked Cholesky and inverse, + data term; N <= "
           f"{gplvm._DEVICE_FACTOR_MAX_N}) / chol JAX: medians, minima", flush=True)
     out = args.out.replace(".json", "_quick.json") if args.quick else args.out
     os.makedirs(os.path.dirname(out), exist_ok=True)

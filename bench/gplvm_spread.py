@@ -8,8 +8,8 @@ in a fresh process, and records per N the spread over the runs of both ratios it
 medians over the rounds, and of the minima (each function's undisturbed cost); beside them the
 floor's ratio of minima (``bench/gplvm.py``: the evaluation's LAPACK calls alone plus its data
 term), which says whether a run's reference left room for 3x at all, and the compiled route's
-floor (N <= 256: its batched Cholesky factorisations and triangular inverses alone, plus the data
-term).
+floor (N <= ``gplvm._DEVICE_FACTOR_MAX_N``: its blocked Cholesky factorisations and inverses alone,
+plus the data term).
 
 Usage::
 
@@ -41,7 +41,7 @@ def fmt(value):
 
 def summarise(values, goal=3.0):
     """min, median, max and the number above ``goal`` of ``values``; None where a run has none (the
-    compiled floor above N = 256)."""
+    compiled floor above ``gplvm._DEVICE_FACTOR_MAX_N``)."""
     import numpy as np
 
     if any(x is None for x in values):

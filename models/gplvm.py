@@ -478,11 +478,14 @@ def _host_factor(K, lam, r=None, *, chunk_elements=2**17):
 
 
 # up to this N, updates of every latent dimension of q(X) factorise in one compiled program
-# (:func:`_device_factor`); above it the host route is faster. Interleaved in one process, digits,
-# Q = 20, medians of 60 rounds over JAX's batched Cholesky: device 2.07 / host 2.27 at N = 100,
-# 1.92 / 2.28 at 200, 1.75 / 2.35 at 256, 2.89 / 1.76 at 400 (the blocked inverse's products
-# do not skip the zero triangles: twice trtri's flops, which tell at larger N)
-_DEVICE_FACTOR_MAX_N = 256
+# (:func:`_device_factor`); above it the host route (:func:`_host_factor`), which needs no N x N
+# stack of Q matrices. Factor alone over JAX's batched Cholesky, digits, Q = 20, interleaved in one
+# process (medians / minima; 40 rounds up to N = 256, 12 above), device against host: 1.97 / 2.30
+# against 2.37 / 4.10 at N = 100, 1.69 / 2.08 against 2.19 / 2.99 at 200, 1.48 / 2.01 against
+# 2.31 / 3.48 at 256, 1.69 / 2.10 against 1.77 / 2.80 at 400 (a second process: 2.01 / 1.86
+# against 1.76 / 2.35), 1.43 / 1.79 against 1.73 / 2.32 at 512, 1.55 / 2.01 against 1.33 / 1.84
+# at 600 (again: 1.61 / 2.10 against 1.32 / 1.77)
+_DEVICE_FACTOR_MAX_N = 512
 
 
 def _stacked_triangular_inverse(L, base=64):
@@ -507,22 +510,46 @@ def _stacked_triangular_inverse(L, base=64):
     return jnp.concatenate([top, jnp.concatenate([-(Di @ (C @ Ai)), Di], 2)], 1)
 
 
+def _stacked_cholesky_inverse(C, base=128):
+    """(L^-1, sum_i log L_ii) of each of a stack (B, n, n) of symmetric positive definite matrices
+    C = L L^T, in JAX, by the blocked factorisation
+
+        [[C11, C21^T], [C21, C22]]:  L11 L11^T = C11,  L21 = C21 L11^-T,
+        L22 L22^T = C22 - L21 L21^T (the Schur complement),
+        L^-1 = [[L11^-1, 0], [-L22^-1 L21 L11^-1, L22^-1]],
+
+    recursively on C11 and on the Schur complement down to blocks of at most ``base`` rows, which
+    one batched Cholesky factorisation and :func:`_stacked_triangular_inverse` handle. Above the
+    base everything is batched matrix products, which run several times faster per flop than
+    LAPACK's potrf on these sizes: the factorisation's own flops shrink to a quarter per level, for
+    four products of half size (their zero triangles not skipped). A failed factorisation of any
+    block gives NaN in its matrix only."""
+    B, n, _ = C.shape
+    if n <= base:
+        L = jnp.linalg.cholesky(C)
+        return _stacked_triangular_inverse(L), jnp.sum(jnp.log(jnp.diagonal(L, axis1=1, axis2=2)), 1)
+    h = n // 2
+    W11, log11 = _stacked_cholesky_inverse(C[:, :h, :h], base)
+    L21 = C[:, h:, :h] @ jnp.swapaxes(W11, 1, 2)
+    W22, log22 = _stacked_cholesky_inverse(C[:, h:, h:] - L21 @ jnp.swapaxes(L21, 1, 2), base)
+    top = jnp.concatenate([W11, jnp.zeros((B, h, n - h), C.dtype)], 2)
+    return jnp.concatenate([top, jnp.concatenate([-(W22 @ (L21 @ W11)), W22], 2)], 1), log11 + log22
+
+
 @jax.jit
 def _device_factor(K, lam, r):
     """:func:`_host_factor` (q(X)'s moments in the parametrisation (5.28)) as one compiled JAX
-    program, for small N (at most
-    ``_DEVICE_FACTOR_MAX_N``), where the per-dimension LAPACK calls of the host route cost more in
-    call overhead and in trtri's unblocked steps than the extra flops of
-    :func:`_stacked_triangular_inverse` do: the Q matrices C_q = K + Lambda_q^-1 factorised by one
-    batched Cholesky (potrf), L_q^-1 for all of them, diag(C_q^-1) as its squared column norms,
-    and C_q^-1 (r_q / lam_q) = L_q^-T L_q^-1 (r_q / lam_q) by two batched products (``r`` (Q, N),
-    zeros when no direction is wanted). A failed factorisation gives NaN in its dimension only.
-    Returns (diag B^-1, log|B|, direction) as :func:`_host_factor`."""
+    program, for N up to ``_DEVICE_FACTOR_MAX_N``, where the per-dimension LAPACK calls of the host
+    route (potrf, and a triangular inverse in LAPACK-sized steps) cost more than the batched matrix
+    products of :func:`_stacked_cholesky_inverse` with their extra flops: the Q matrices C_q = K +
+    Lambda_q^-1, L_q^-1 of each, diag(C_q^-1) as its squared column norms, and C_q^-1 (r_q / lam_q)
+    = L_q^-T L_q^-1 (r_q / lam_q) by two batched products (``r`` (Q, N), zeros when no direction is
+    wanted). A failed factorisation gives NaN in its dimension only. Returns (diag B^-1, log|B|,
+    direction) as :func:`_host_factor`."""
     inv = 1.0 / lam
     C = K[None] + inv[:, :, None] * jnp.eye(K.shape[0], dtype=K.dtype)[None]
-    L = jnp.linalg.cholesky(C)
-    W = _stacked_triangular_inverse(L)
-    logdet = jnp.sum(jnp.log(lam), 1) + 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=1, axis2=2)), 1)
+    W, log_diag = _stacked_cholesky_inverse(C)
+    logdet = jnp.sum(jnp.log(lam), 1) + 2.0 * log_diag
     sol = jnp.einsum("qji,qj->qi", W, jnp.einsum("qij,qj->qi", W, r * inv))
     return jnp.sum(W**2, 1) * inv, logdet, sol
 

@@ -22,7 +22,7 @@ def test_gplvm_bench_quick(tmp_path):
         assert r["floor_min_ratio_to_jax_cholesky"] == (
             (r["lapack_floor_min_seconds"] + r["natural_data_term_min_seconds"]) / r["jax_cholesky_min_seconds"])
         assert 0 < r["lapack_floor_min_seconds"] <= r["lapack_floor_seconds"]
-        # the compiled route's floor (N <= 256, both quick sizes): its factorisations and inverses alone,
+        # the compiled route's floor (N <= 512, both quick sizes): its factorisations and inverses alone,
         # plus the data term
         assert r["compiled_floor_ratio_to_jax_cholesky"] == (
             (r["compiled_floor_seconds"] + r["natural_data_term_seconds"]) / r["jax_cholesky_seconds"])
@@ -75,7 +75,7 @@ def test_gplvm_spread_quick_summarises_its_runs(tmp_path):
 
 
 def test_spread_summary_is_none_where_a_run_lacks_the_statistic():
-    """The compiled floor is measured up to N = 256 only: at larger N a run records None, and the
+    """The compiled floor is measured up to N = 512 only: at larger N a run records None, and the
     spread reports no summary rather than failing or counting it."""
     import os
     import sys
@@ -87,3 +87,24 @@ def test_spread_summary_is_none_where_a_run_lacks_the_statistic():
     s = gplvm_spread.summarise([2.0, 4.0, 3.5])
     assert (s["min"], s["median"], s["max"], s["runs_above_goal"]) == (2.0, 3.5, 4.0, 2)
     assert gplvm_spread.fmt(None) == "-" and gplvm_spread.fmt(2.345) == "2.35"
+
+
+def test_gplvm_crossover_quick(tmp_path):
+    """The routes' bench: both routes agree, each ratio is its recorded times' ratio, the faster
+    route is the one with the smaller time, and the fit's route follows _DEVICE_FACTOR_MAX_N."""
+    from ppl_sbl.models import gplvm
+
+    proc, record = run_script("bench/gplvm_crossover.py", "--quick", "--out", tmp_path / "c.json",
+                              record=tmp_path / "c_quick.json")
+    assert record["device_factor_max_n"] == gplvm._DEVICE_FACTOR_MAX_N
+    assert [r["n"] for r in record["rows"]] == [50, 100]
+    for r in record["rows"]:
+        assert r["routes_diag_inverse_max_relative_difference"] < 1e-10
+        for route in ("device", "host"):
+            assert r[f"{route}_over_jax_cholesky"] == r[f"{route}_seconds"] / r["jax_cholesky_seconds"]
+            assert r[f"{route}_min_over_jax_cholesky"] == r[f"{route}_min_seconds"] / r["jax_cholesky_min_seconds"]
+            assert 0 < r[f"{route}_min_seconds"] <= r[f"{route}_seconds"]
+        assert r["faster_by_medians"] == ("device" if r["device_seconds"] < r["host_seconds"] else "host")
+        assert r["faster_by_minima"] == ("device" if r["device_min_seconds"] < r["host_min_seconds"] else "host")
+        assert r["fit_takes"] == ("device" if r["n"] <= gplvm._DEVICE_FACTOR_MAX_N else "host")
+    assert "fit takes" in proc.stdout

@@ -371,7 +371,30 @@ def test_stacked_triangular_inverse_against_numpy(N):
         assert np.all(np.triu(W, 1) == 0.0)
 
 
-@pytest.mark.parametrize("N", [30, 131])
+@pytest.mark.parametrize("N", [1, 128, 129, 300])
+def test_stacked_cholesky_inverse_against_numpy(N):
+    """The blocked Cholesky factorisation and inverse of a stack (one block up to N = 128, then one
+    and two levels of Schur complements, odd halves included) against numpy's Cholesky factor,
+    its inverse and its log-determinant; a matrix whose Schur complement is not positive definite
+    (its leading block is) gives NaN in that matrix only."""
+    rng = np.random.default_rng(N)
+    Cs = []
+    for scale in (1.0, 1e-4, 1e4):
+        G = rng.normal(size=(N, N))
+        d = np.exp(rng.uniform(-6, 6, size=N))  # a badly scaled diagonal, as Lambda_q^-1 can make it
+        Cs.append(scale * (G @ G.T / N + np.diag(d)))
+    bad = Cs[0].copy()
+    bad[N - 1, N - 1] = -1.0  # indefinite: the last pivot (in the last Schur complement) fails
+    W, log_diag = (np.asarray(x) for x in gplvm._stacked_cholesky_inverse(jnp.asarray(np.stack(Cs + [bad]))))
+    for C, w, ld in zip(Cs, W, log_diag):
+        Li = np.linalg.inv(np.linalg.cholesky(C))
+        np.testing.assert_allclose(w, Li, rtol=0, atol=1e-11 * np.abs(Li).max())
+        assert np.all(np.triu(w, 1) == 0.0)
+        assert 2.0 * ld == pytest.approx(np.linalg.slogdet(C)[1], rel=1e-12, abs=1e-9)
+    assert np.isnan(log_diag[-1]) and np.isnan(W[-1][N - 1]).any()
+
+
+@pytest.mark.parametrize("N", [30, 131, 300])
 def test_device_factor_against_dense_algebra_and_the_host_route(N):
     """:func:`gplvm._device_factor` (one compiled program for every latent dimension) against
     numpy's slogdet, inverse and solve of B_q = I + A K A, with precisions spanning eight orders of
