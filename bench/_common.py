@@ -58,3 +58,13 @@ def loglog_fit(xs, ys):
         return None
     slope, intercept = np.polyfit(np.log(xs), np.log(ys), 1)
     return float(slope), float(intercept)
+
+
+def write_record(record: dict, out: str) -> None:
+    """Write a benchmark's JSON ``record`` to ``out`` (its folder made if missing) and say so."""
+    import json
+
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out, "w") as fh:
+        json.dump(record, fh, indent=1, default=float)
+    print(f"# wrote {out}", flush=True)

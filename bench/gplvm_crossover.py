@@ -19,14 +19,13 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _common import environment  # noqa: E402
+from _common import environment, write_record  # noqa: E402
 from gplvm import interleaved_timings, problem  # noqa: E402
 
 
@@ -92,10 +91,7 @@ def main(argv=None):
     record = {"benchmark": "GPLVM q(X) moments, compiled (device) against host LAPACK route", "environment": env,
               "args": vars(args), "device_factor_max_n": gplvm._DEVICE_FACTOR_MAX_N, "rows": rows}
     out = args.out.replace(".json", "_quick.json") if args.quick else args.out
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(record, f, indent=1)
-    print(f"# wrote {out}", flush=True)
+    write_record(record, out)
 
 
 if __name__ == "__main__":

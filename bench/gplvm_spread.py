@@ -28,7 +28,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _common import environment  # noqa: E402
+from _common import environment, write_record  # noqa: E402
 
 STATISTICS = {"medians": "natural_ratio_to_jax_cholesky", "minima": "natural_min_ratio_to_jax_cholesky",
               "floor minima": "floor_min_ratio_to_jax_cholesky",
@@ -94,10 +94,7 @@ def main(argv=None):
     record = {"benchmark": "spread over separate processes of the natural evaluation's ratio to JAX's Q Cholesky "
                            "factorisations", "environment": env, "args": vars(args),
               "command": "OPENBLAS_NUM_THREADS=1 python bench/gplvm_spread.py", "summary": summary, "runs": runs}
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(record, f, indent=1)
-    print(f"# wrote {out}", flush=True)
+    write_record(record, out)
 
 
 if __name__ == "__main__":
