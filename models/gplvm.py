@@ -479,12 +479,11 @@ def _host_factor(K, lam, r=None, *, chunk_elements=2**17):
 
 # up to this N, updates of every latent dimension of q(X) factorise in one compiled program
 # (:func:`_device_factor`); above it the host route (:func:`_host_factor`), which needs no N x N
-# stack of Q matrices. Factor alone over JAX's batched Cholesky, digits, Q = 20, interleaved in one
-# process (medians / minima; 40 rounds up to N = 256, 12 above), device against host: 1.97 / 2.30
-# against 2.37 / 4.10 at N = 100, 1.69 / 2.08 against 2.19 / 2.99 at 200, 1.48 / 2.01 against
-# 2.31 / 3.48 at 256, 1.69 / 2.10 against 1.77 / 2.80 at 400 (a second process: 2.01 / 1.86
-# against 1.76 / 2.35), 1.43 / 1.79 against 1.73 / 2.32 at 512, 1.55 / 2.01 against 1.33 / 1.84
-# at 600 (again: 1.61 / 2.10 against 1.32 / 1.77)
+# stack of Q matrices. ``bench/gplvm_crossover.py`` (record bench/results/gplvm_cpu_crossover.log:
+# digits, Q = 20, each route over JAX's batched Cholesky, interleaved in one process, medians /
+# minima): device against host 2.12 / 2.38 against 2.61 / 4.09 at N = 100, 1.38 / 1.56 against
+# 2.10 / 2.82 at 256, 1.37 / 2.09 against 1.82 / 2.79 at 400, 1.44 / 1.71 against 1.78 / 2.32 at
+# 512, but 1.95 / 2.02 against 1.62 / 1.78 at 600
 _DEVICE_FACTOR_MAX_N = 512
 
 
@@ -520,9 +519,9 @@ def _stacked_cholesky_inverse(C, base=128):
 
     recursively on C11 and on the Schur complement down to blocks of at most ``base`` rows, which
     one batched Cholesky factorisation and :func:`_stacked_triangular_inverse` handle. Above the
-    base everything is batched matrix products, which run several times faster per flop than
-    LAPACK's potrf on these sizes: the factorisation's own flops shrink to a quarter per level, for
-    four products of half size (their zero triangles not skipped). A failed factorisation of any
+    base everything is batched matrix products, which run faster per flop than LAPACK's potrf on
+    these sizes: the factorisation's own flops shrink to a quarter per level, for four products of
+    half size (their zero triangles not skipped). A failed factorisation of any
     block gives NaN in its matrix only."""
     B, n, _ = C.shape
     if n <= base:
