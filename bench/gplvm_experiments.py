@@ -57,8 +57,10 @@ Cost: the supervised and autoencoder fits are O(Q N^3) per bound evaluation (sec
 L-BFGS (``--optimizer lbfgs``), on a 2-core CPU shared with other jobs, 20 L-BFGS steps at N = 400, Q = 20, M = 30 took about 15 s
 (supervised RBF), 11 s (LIN) and 12 s (autoencoder), 4 s (unsupervised); the recorded L-BFGS run
 (``gplvm_experiments_lbfgs.*``) took 2526 s. With the natural-gradient default a full run (25 fits of
-1000 sweeps or steps) took 1815 s (one OpenBLAS thread, 2-core VM; about 45-130 s per supervised or
-autoencoder fit, the sweeps skipping the latent dimensions at their fixed point). Quick mode (``--quick``: 120 images, 2 folds, latent_dim 6,
+1000 sweeps or steps) took 1152 s (one OpenBLAS thread, 2-core VM; about 26-92 s per supervised or
+autoencoder fit, the sweeps skipping the latent dimensions at their fixed point; an earlier run, with q(X)'s
+moments on the host route above N = 256, took 1815 s on a day when the unsupervised fits, whose code
+is the same, also took about 1.6 times as long). Quick mode (``--quick``: 120 images, 2 folds, latent_dim 6,
 num_inducing 12, 40 sweeps or L-BFGS steps, forests of 50 trees; the fits stop at the step cap, so the
 numbers are a smoke test, not results) took about 40 s on that CPU (one OpenBLAS thread). Explicit
 options override the quick settings.
