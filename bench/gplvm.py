@@ -120,6 +120,17 @@ def problem(N, args):
                                     num_inducing=args.num_inducing, seed=args.seed)
 
 
+def cholesky_reference(K, lam):
+    """The goal's reference: the Q matrices B_q = I + A_q K A_q, A_q = diag(lam_q)^1/2 (``lam`` (Q,
+    N)), and JAX's batched Cholesky factorisation of them, compiled (call ``chol(B)``)."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jnp.sqrt(jnp.asarray(lam))
+    B = jnp.eye(K.shape[0])[None] + a[:, :, None] * jnp.asarray(K)[None] * a[:, None, :]
+    return B, jax.jit(jax.vmap(jnp.linalg.cholesky))
+
+
 def time_size(N, args):
     import jax
     import jax.numpy as jnp
@@ -141,9 +152,7 @@ def time_size(N, args):
     prior = {k: jnp.exp(v) for k, v in fixed["log_prior"].items()}
     K = gplvm._prior_cov(Y, "rbf", prior, sg.JITTER)
     lam = gplvm.precisions(K, free["log_lam"])
-    a = jnp.sqrt(lam.T)  # (Q, N)
-    B = jnp.eye(N)[None] + a[:, :, None] * K[None] * a[:, None, :]
-    chol = jax.jit(jax.vmap(jnp.linalg.cholesky))
+    B, chol = cholesky_reference(K, lam.T)
     Bn = np.asarray(B)
     # what the natural-gradient fit evaluates: the bound and its gradient in (mu, diag S) and the
     # hyperparameters (one Cholesky factorisation and one triangular inverse per latent dimension)

@@ -517,8 +517,7 @@ def test_natural_fit_never_decreases(seed):
     assert np.all(np.diff(trace) >= 0.0) and trace[-1] > trace[0]
     assert np.mean(res.info["step_sizes"] >= 0.1) > 0.5
     # the two routes to B_q^-1 (potrf + potri; potrf + a triangular inverse, by LAPACK or compiled)
-    # differ by rounding: each entry by about eps cond(B_q), over N Q entries (machine eps, where
-    # this read 1e-16 and a fit whose last full sweep took the compiled route came to 1.17 times that)
+    # differ by rounding: each entry by about eps cond(B_q) (machine epsilon), over N Q entries
     _, _, prior, _ = gplvm._unpack(res.free, res.fixed)
     K = np.asarray(gplvm._prior_cov(res.Y, "rbf", prior, sg.JITTER))
     lam = np.asarray(gplvm.precisions(jnp.asarray(K), res.free["log_lam"]))
