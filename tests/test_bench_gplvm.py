@@ -35,6 +35,15 @@ def test_gplvm_bench_quick(tmp_path):
         assert math.isfinite(r["bound"])
         # the natural evaluation's bound is the bound (5.20) at the same parameters, by another route
         assert r["natural_bound"] == pytest.approx(r["bound"], rel=1e-9)
+        # the arithmetic floor, counted here from its definition (Q = 5, M = 10 in quick mode):
+        # potrf and a triangular inverse per latent dimension, and three products of (N, 2Q + 1)
+        # and (2Q + 1, M (M + 1) / 2) matrices for Psi2 and its gradient, over Q potrf
+        N, Q, M = r["n"], 5, 10
+        data_flops = 3 * 2 * N * (2 * Q + 1) * M * (M + 1) // 2
+        assert r["arithmetic_floor_ratio"] == pytest.approx((2 * Q * N**3 / 3 + data_flops) / (Q * N**3 / 3), rel=1e-12)
+        # XLA's own count of the compiled data term: at least the Psi2 products (at these small Q
+        # and M, Psi1 and the M x M algebra are a larger share; see the test below for the record's)
+        assert data_flops <= r["data_term_xla_flops"]
     fit = record["fits"][0]
     assert fit["n"] == 60 and 1 <= fit["steps"] <= 20 and math.isfinite(fit["bound"])
     assert 1 <= len(fit["kept_dims"]) <= 5
@@ -47,6 +56,8 @@ def test_gplvm_bench_quick(tmp_path):
         max(r["ratio_to_jax_cholesky"] for r in rows) <= 3.0)
     assert record["summary"]["floor_sizes_above_3x_jax_cholesky"] == [
         r["n"] for r in rows if max(r["floor_ratio_to_jax_cholesky"], r["floor_min_ratio_to_jax_cholesky"]) > 3.0]
+    assert record["summary"]["arithmetic_floor_sizes_above_3"] == [
+        r["n"] for r in rows if r["arithmetic_floor_ratio"] > 3.0]
     assert record["summary"]["compiled_floor_sizes_above_3x_jax_cholesky"] == [
         r["n"] for r in rows
         if max(r["compiled_floor_ratio_to_jax_cholesky"], r["compiled_floor_min_ratio_to_jax_cholesky"]) > 3.0]
@@ -72,6 +83,35 @@ def test_gplvm_spread_quick_summarises_its_runs(tmp_path):
             assert r["natural_ratio_to_jax_cholesky"] == r["natural_bound_and_grad_seconds"] / r["jax_cholesky_seconds"]
             assert r["natural_min_ratio_to_jax_cholesky"] == r["natural_min_seconds"] / r["jax_cholesky_min_seconds"]
     assert "runs > 3" in proc.stdout
+
+
+def test_arithmetic_floor_counts_the_bulk_of_the_data_term():
+    """At the record's setting (digits, N = 100, Q = 20, M = 30) the Psi2 products that
+    ``bench/gplvm.py``'s arithmetic floor counts are at most, and most of, the flops XLA counts in
+    the compiled data term (value and gradient): the floor is a lower bound, and not a loose one."""
+    import argparse
+    import os
+    import sys
+
+    import numpy as np
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    import gplvm as bench
+
+    from ppl_sbl import sparse_gp as sg
+    from ppl_sbl.models import gplvm
+
+    args = argparse.Namespace(latent_dim=20, num_inducing=30, seed=0)
+    free, fixed, Y, Z, _ = bench.problem(100, args)
+    prob = gplvm._NaturalProblem(free, fixed, Y, Z, prior_kernel="rbf", jitter=sg.JITTER)
+    hyper = {k: v for k, v in free.items() if k not in ("mubar", "log_lam")}
+    lam = np.asarray(gplvm.precisions(prob.K, free["log_lam"]))
+    _, mu, var, _ = prob.moments(np.asarray(free["mubar"]), lam)
+    cost = prob.F_grad.lower(mu, var, hyper, prob.fixed, prob.Z).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    data = bench.arithmetic(100, 20, 30)["data_term_flops"]
+    assert data == 3 * 2 * 100 * 41 * 465
+    assert data <= cost["flops"] <= 1.25 * data
 
 
 def test_spread_summary_is_none_where_a_run_lacks_the_statistic():
