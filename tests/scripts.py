@@ -1,4 +1,5 @@
 """Run a script of the repository (a benchmark) in a subprocess and read the JSON it writes."""
+import importlib
 import json
 import os
 import subprocess
@@ -16,3 +17,12 @@ def run_script(relative_path, *args, record, timeout=900):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(record) as fh:
         return proc, json.load(fh)
+
+
+def bench_module(name):
+    """The script ``bench/<name>.py`` imported as a module (the scripts import their neighbours, so
+    bench/ goes on ``sys.path``)."""
+    folder = os.path.join(ROOT, "bench")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(name)
