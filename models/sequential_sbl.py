@@ -139,7 +139,8 @@ class SBLState:
         how much; those moves were undone (see :func:`resume`).
     converged : bool
     stop_reason : str
-        "tolerance" (the largest gain is at most tol * max(1, |L|)), "rounding" (it is below the
+        "practical" (the default rule: no significant move, see :func:`resume`), "tolerance" (with
+        ``tol``: the largest gain is at most tol * max(1, |L|)), "rounding" (it is below the
         rounding level of the updated statistics, see :func:`resume`), "max_steps", or
         "ill-conditioned" (not converged: the exact statistics of some function are NaN, an
         active function nearly collinear with others on an ill-conditioned dictionary).
@@ -337,9 +338,25 @@ class _Design:
             np.add.at(full, self.point_rows, v[self.by_point])
         return full
 
+    @functools.cached_property
+    def dense(self):
+        """The design over the samples as a dense (N, M) array where the dictionary is a dense
+        matrix (``D`` itself when the samples are its rows in order), else None."""
+        if not isinstance(self.dictionary, _basis.DenseDictionary):
+            return None
+        D = self.dictionary.D
+        if not len(self.extra) and self.n == D.shape[0] and np.array_equal(self.rows, np.arange(self.n)):
+            return D
+        out = np.empty((self.n, D.shape[1]))
+        out[self.by_point] = D[self.point_rows]
+        out[~self.by_point] = self.extra
+        return out
+
     def matvec(self, x):
         """D x over the samples: x of shape (M,) or (M, k) gives (N,) or (N, k)."""
         x = np.asarray(x, dtype=np.float64)
+        if self.prefer_sparse and self.dense is not None:
+            return self.dense @ x
         if self.prefer_sparse and self.sparse is not None:  # over the samples only
             return self.sparse @ x
         out = np.empty((self.n,) + x.shape[1:])
@@ -353,6 +370,8 @@ class _Design:
     def rmatvec(self, v):
         """D^T v: v of shape (N,) or (N, k) gives (M,) or (M, k)."""
         v = np.asarray(v, dtype=np.float64)
+        if self.prefer_sparse and self.dense is not None:
+            return self.dense.T @ v
         if self.prefer_sparse and self.sparse is not None:
             return self.sparse_rows_t @ v
         op = self.dictionary.rmatvec if v.ndim == 1 else self.dictionary.rmatmat
@@ -367,12 +386,16 @@ class _Design:
     def columns(self, idx):
         """The design matrix's columns ``idx`` over the samples, dense (N, len(idx))."""
         idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+        if self.prefer_sparse and self.dense is not None:
+            return self.dense[:, idx]
         X = np.zeros((self.dictionary.shape[1], len(idx)))
         X[idx, np.arange(len(idx))] = 1.0
         return self.matvec(X)
 
     def active_matvec(self, active, z):
         """D_a z over the samples for coefficients z of the functions ``active``."""
+        if self.prefer_sparse and self.dense is not None:
+            return self.dense[:, np.asarray(active, dtype=np.int64)] @ z
         x = np.zeros(self.dictionary.shape[1])
         np.add.at(x, active, z)
         return self.matvec(x)
@@ -520,6 +543,13 @@ class _Work:
         self._mbuf[:K] = st.mu
         self._abuf = np.zeros(cap, dtype=np.int64)  # the active functions as an array (``a``)
         self._abuf[:K] = self.active
+        # B = D^T D_a (M, K) where the design is a dense matrix: the change of S and Q along a
+        # coefficient direction z is then B z (O(M K)) rather than two products with the design
+        # (O(N M)), and an exact refresh takes D^T D_a F^T from it
+        self._Bbuf = None
+        if self.design.dense is not None:
+            self._Bbuf = np.zeros((self.design.dense.shape[1], cap))
+            self._fill_cross()
         # D_a^T D_a, for the noise re-estimate and the exact refreshes; without ``keep_gram`` (a fit
         # at fixed noise on a sparse dictionary, where the refreshes take it from D^T D) not held
         self._Gbuf = None
@@ -538,10 +568,18 @@ class _Work:
         self.noise_var = st.noise_var
         self.sq_norms = None
 
+    def _fill_cross(self):
+        """B = D^T D_a into its buffer (one product with the dense design)."""
+        K = len(self.active)
+        dense = self.design.dense
+        self._Bbuf[:, :K] = dense.T @ dense[:, self.a]
+
     def _fill_gram(self):
-        """D_a^T D_a into the Gram buffer, from D^T D where it is held, else K products."""
+        """D_a^T D_a into the Gram buffer, from B, or D^T D where it is held, else K products."""
         a, K = self.a, len(self.active)
-        if self.design.sparse_gram is not None:
+        if self._Bbuf is not None:
+            self._Gbuf[:K, :K] = self._Bbuf[a, :K]
+        elif self.design.sparse_gram is not None:
             self._Gbuf[:K, :K] = self.design.sparse_gram[a][:, a].toarray()
         else:
             for k, m in enumerate(self.active):
@@ -563,10 +601,14 @@ class _Work:
         self._abuf[:K] = active
         self.alpha = point["alpha"].copy()
         self.noise_var, self.beta = point["noise_var"], 1.0 / point["noise_var"]
+        if self._Bbuf is not None:
+            self._fill_cross()
         if self._Gbuf is not None:
             self._fill_gram()
         n_trace, n_moves, n_seconds, n_drift = point["lengths"]
         del self.trace[n_trace:], self.moves[n_moves:], self.trace_seconds[n_seconds:]
+        if self.max_alignment is not None:
+            self.init_alignment(self.max_alignment)
         self.refresh()
         del self.drift[n_drift:]  # the restore's own refresh is no drift
 
@@ -623,6 +665,10 @@ class _Work:
             G = np.zeros((cap, cap))
             G[:k, :k] = self._Gbuf[:k, :k]
             self._Gbuf = G
+        if self._Bbuf is not None:
+            B = np.zeros((self._Bbuf.shape[0], cap))
+            B[:, :k] = self._Bbuf[:, :k]
+            self._Bbuf = B
         m, a = np.zeros(cap), np.zeros(cap, dtype=np.int64)
         m[:k] = self._mbuf[:k]
         a[:k] = self._abuf[:k]
@@ -655,16 +701,44 @@ class _Work:
         out = ~np.isfinite(self.alpha)
         return out & (self.S < self.align_tol * self.beta * self.sq_norms)
 
+    max_alignment = None  # set by :func:`resume`; None: no pairwise guard
+
+    def _block_aligned(self, i, g):
+        """Keep out of the model, while function i is in it, every function whose cosine with
+        it (over the samples) exceeds ``max_alignment`` in absolute value (``g`` = D^T d_i)."""
+        if self.sq_norms is None:
+            self.sq_norms = self.design.sq_norms()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cosine = np.abs(g) / np.sqrt(self.sq_norms[i] * self.sq_norms)
+        aligned = np.flatnonzero(cosine > self.max_alignment)
+        aligned = aligned[aligned != i]
+        self._blocked_by[int(i)] = aligned
+        self._blocked[aligned] += 1
+
+    def init_alignment(self, max_alignment):
+        """The pairwise guard of Tipping's SparseBayes: no add of a function nearly collinear
+        with an active one (|cosine| > ``max_alignment``); from the active functions held now."""
+        self.max_alignment = float(max_alignment)
+        self._blocked = np.zeros(self.st.dictionary.shape[1], dtype=np.int64)
+        self._blocked_by = {}
+        for k, m in enumerate(self.active):
+            g = self._Bbuf[:, k] if self._Bbuf is not None else self.design.rmatvec(self._column(m))
+            self._block_aligned(m, g)
+
     def gains(self):
         """``_gains`` of every function, the active ones' small factors from Sigma and mu; no add
-        of an ``aligned`` function (its gain -inf)."""
+        of an ``aligned`` function or one collinear with an active one (gain -inf)."""
         gain, new = _gains(self.alpha, self.S, self.Q, self.a, np.diag(self.Sigma), self.mu)
         if self.align_tol > 0:
             gain[self.aligned()] = -np.inf
+        if self.max_alignment is not None:
+            gain[(self._blocked > 0) & ~np.isfinite(self.alpha)] = -np.inf
         return gain, new
 
     def _u(self, z):
         """beta D^T D_a z (M,): the change of the statistics along the coefficient direction z."""
+        if self._Bbuf is not None:
+            return self.beta * (self._Bbuf[:, :len(self.active)] @ z)
         return self.beta * self.design.rmatvec(self.design.active_matvec(self.a, z))
 
     # the three moves (Tipping & Faul 2003, appendix; each checked against direct recomputation
@@ -705,6 +779,10 @@ class _Work:
         if self._Gbuf is not None:
             self._Gbuf[K, :K + 1] = g[a]
             self._Gbuf[:K + 1, K] = g[a]
+        if self._Bbuf is not None:
+            self._Bbuf[:, K] = g
+        if self.max_alignment is not None:
+            self._block_aligned(i, g)
         # the new function joins (and merges) the components of the functions it shares samples with
         touched = np.unique(self._label[np.flatnonzero(g[a[:K]])])
         if len(touched) == 0:
@@ -732,6 +810,8 @@ class _Work:
 
     def delete(self, j_fn):
         """The re-estimate with alpha_new = inf: kappa = 1 / Sigma_jj."""
+        if self.max_alignment is not None:
+            self._blocked[self._blocked_by.pop(int(j_fn))] -= 1
         j = self.pos[j_fn]
         col = self.Sigma[:, j].copy()
         s_jj = col[j]
@@ -755,6 +835,8 @@ class _Work:
                 self._Gbuf[j, :last + 1] = self._Gbuf[last, :last + 1]
                 self._Gbuf[:last + 1, j] = self._Gbuf[:last + 1, last]
                 self._Gbuf[j, j] = self._Gbuf[last, last]
+            if self._Bbuf is not None:
+                self._Bbuf[:, j] = self._Bbuf[:, last]
             self._label[j] = self._label[last]
         self._label = self._label[:last]
         self.active.pop()
@@ -867,9 +949,12 @@ class _Work:
                 mu[:, item] = sol
                 for j in range(c):
                     factors[j].append((item, chol[j]))
-        X = np.zeros((self.st.dictionary.shape[1], c))
-        X[a] = mu.T  # the active functions are distinct
-        resid = self.st.y[:, None] - self.design.matmat(X)  # (N, c)
+        if self.design.dense is not None:
+            resid = self.st.y[:, None] - self.design.dense[:, a] @ mu.T  # (N, c)
+        else:
+            X = np.zeros((self.st.dictionary.shape[1], c))
+            X[a] = mu.T  # the active functions are distinct
+            resid = self.st.y[:, None] - self.design.matmat(X)  # (N, c)
         yCy = beta * np.einsum("nc,nc->c", resid, resid) + mu**2 @ alpha
         L = -0.5 * (N * LOG_2PI + N * np.log(noise_vars) - np.sum(np.log(alpha)) + logdet + yCy)
         if residuals:
@@ -984,6 +1069,14 @@ class _Work:
         self.Q = self.beta * self.st.Dty
         if K == 0:
             return
+        if self._Bbuf is not None:  # R = B F^T
+            Ft = np.zeros((K, K))
+            for idx, Fb in F_blocks:
+                Ft[idx[:, None, :], idx[:, :, None]] = Fb
+            R = self._Bbuf[:, :K] @ Ft
+            self.S -= self.beta**2 * np.einsum("mk,mk->m", R, R)
+            self.Q -= self.beta**2 * (R @ (Ft.T @ z))
+            return
         rows = np.concatenate([np.broadcast_to(idx[:, :, None], Fb.shape).ravel() for idx, Fb in F_blocks])
         cols = np.concatenate([np.broadcast_to(idx[:, None, :], Fb.shape).ravel() for idx, Fb in F_blocks])
         vals = np.concatenate([Fb.ravel() for _, Fb in F_blocks])
@@ -1066,8 +1159,8 @@ def _initial_state(D, y, rows, noise_var):
                     S=beta * norms, Q=beta * Dty, log_marginal_likelihood=L, trace=[L], moves=[], Dty=Dty, yty=yty)
 
 
-def fit(D, y, *, noise_var, update_noise=False, noise_every=1, tol=1e-13, max_steps=100000, rows=None,
-        refresh_every=500, align_tol=0.0, progress_bar=None):
+def fit(D, y, *, noise_var, update_noise=False, noise_every=1, tol=None, max_steps=100000, rows=None,
+        refresh_every=500, align_tol=0.0, max_alignment=None, progress_bar=None):
     """Fast marginal likelihood maximisation (Tipping & Faul 2003), a deterministic path.
 
     Parameters
@@ -1081,17 +1174,20 @@ def fit(D, y, *, noise_var, update_noise=False, noise_every=1, tol=1e-13, max_st
         Re-estimate sigma^2 after every move (Tipping & Faul's re-estimate), keeping the new value
         only where it does not lower L (otherwise the largest step towards it, by halving, that
         does not).
-        This keeps D_a^T D_a (K x K) and costs a Cholesky factorisation (O(K^3)) and 2K products
-        with the dictionary per move.
+        This keeps D_a^T D_a (K x K) and costs a Cholesky factorisation (O(K^3)) per move, and
+        2K products with the dictionary (O(M K^2) for a dense design matrix, whose D^T D_a the fit
+        holds).
     noise_every : int
         With ``update_noise``, re-estimate sigma^2 only after every ``noise_every``-th move (and
         where no other move gains); 1 (default) is the rule above.
-    tol : float
-        Stop when the largest gain of a move is at most ``tol * max(1, |L|)`` (checked with exact
-        statistics, see ``refresh_every`` of :func:`resume`).
+    tol : float or None
+        ``None`` (default): the practical rule of Tipping's SparseBayes, see :func:`resume`.
+        A number: the exact local optimum, stop when the largest gain of a move is at most
+        ``tol * max(1, |L|)`` (checked with exact statistics, see ``refresh_every`` of
+        :func:`resume`); ``1e-13`` reaches it to rounding.
     rows : (N,) int, optional
         The points of ``D`` at which y was sampled (default: row n of D for sample n).
-    refresh_every, align_tol : see :func:`resume`.
+    refresh_every, align_tol, max_alignment : see :func:`resume`.
 
     Returns
     -------
@@ -1105,12 +1201,23 @@ def fit(D, y, *, noise_var, update_noise=False, noise_every=1, tol=1e-13, max_st
     y, rows = _check_samples(D, y, rows)
     state = _initial_state(D, y, rows, float(noise_var))
     return resume(state, update_noise=update_noise, noise_every=noise_every, tol=tol, max_steps=max_steps,
-                  refresh_every=refresh_every, align_tol=align_tol, progress_bar=progress_bar)
+                  refresh_every=refresh_every, align_tol=align_tol, max_alignment=max_alignment,
+                  progress_bar=progress_bar)
 
 
-def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max_steps=100000, refresh_every=500,
-           align_tol=0.0, progress_bar=None):
+def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=None, max_steps=100000, refresh_every=500,
+           align_tol=0.0, max_alignment=None, progress_bar=None):
     """Go on maximising L from ``state`` (after :func:`add_sample` or :func:`add_basis`).
+
+    ``tol=None`` (default), the practical rule (Tipping's SparseBayes): a move is *significant*
+    when it is an add or a delete that raises L (by more than ``1e-13 * max(1, |L|)``, the
+    rounding of the updated statistics), or a re-estimate that raises L and changes ln alpha_m by
+    at least ``LOG_ALPHA_TOL`` (1e-3); each step makes the significant move with the largest
+    gain. Re-estimates below that change are never made (each would gain of the order of
+    (Delta ln alpha)^2 nats). The fit stops ("practical") when no move is significant by exact
+    statistics and, with ``update_noise``, the noise re-estimate changes ln sigma^2 by less than
+    ``LOG_NOISE_TOL`` (1e-6). ``tol`` a number: the exact local optimum, every move considered,
+    stop when the largest gain is at most ``tol * max(1, |L|)`` (the rules below).
 
     ``noise_every``: with ``update_noise``, re-estimate sigma^2 after every ``noise_every``-th
     move (1, the default, is after every move; each re-estimate costs O(K^3), so larger values
@@ -1129,6 +1236,14 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
     to 1e-2 nats there), the fit goes back to the state of that refresh and makes as many moves
     again, each on statistics refreshed first (``state.rollbacks`` records it). So L, evaluated
     exactly, never falls.
+
+    ``max_alignment``: no function is added whose |cosine| over the samples with an active
+    function exceeds it (SparseBayes's alignment test). ``None`` (default): ``MAX_ALIGNMENT`` =
+    1 - 1e-3 with the practical rule, no such guard with ``tol``. A nearly collinear pair of
+    functions (RBFs centred a hair apart) can carry a coefficient pair of opposite signs, large
+    and ill-determined, whose coordinate moves zig-zag for thousands of steps, each gaining
+    little; the guard keeps such pairs out, as SparseBayes does. Pass it with ``tol`` for the
+    exact local optimum among the functions the guard allows.
 
     ``align_tol``: a function out of the model is not added where S_m sigma^2 / ||d_m||^2 <
     align_tol, the share of its norm outside the span of the active functions (in C^-1's metric;
@@ -1152,9 +1267,20 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
     """
     if int(noise_every) < 1:
         raise ValueError(f"`noise_every` must be >= 1; got {noise_every!r}.")
+    practical = tol is None
+    if practical:
+        tol = 1e-13  # the floor of a gain that counts, and the rounding rules' scale
+    elif not (float(tol) > 0):
+        raise ValueError(f"`tol` must be None or > 0; got {tol!r}.")
     start = time.perf_counter()
     work = _Work(state, keep_gram=update_noise)
     work.align_tol = float(align_tol)
+    if max_alignment is None and practical:
+        max_alignment = MAX_ALIGNMENT
+    if max_alignment is not None:
+        if not 0.0 < float(max_alignment) <= 1.0:
+            raise ValueError(f"`max_alignment` must be in (0, 1] or None; got {max_alignment!r}.")
+        work.init_alignment(max_alignment)
     bar = _bar(progress_bar, max_steps)
     converged, stop_reason = False, "max_steps"
 
@@ -1261,11 +1387,17 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
             if np.isnan(gain).any():
                 stop_reason = "ill-conditioned"
                 break
+        if practical:
+            gain = _significant(gain, new, work.alpha, work.a)
         m = int(np.argmax(gain))
         best = float(gain[m])
         if not (best > tol * max(1.0, abs(work.L))):
-            if update_noise and noise_move() > tol * max(1.0, abs(work.L)):
-                continue
+            if update_noise:
+                before = work.noise_var
+                raised = noise_move()
+                if (abs(math.log(work.noise_var / before)) >= LOG_NOISE_TOL if practical
+                        else raised > tol * max(1.0, abs(work.L))):
+                    continue
             if refresh_every is not None and step > last_refresh:
                 # no move gains by the updated statistics: make sure by exact ones
                 refresh(step - last_refresh)
@@ -1273,10 +1405,13 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
                 last_refresh = step
                 if rolled_back:
                     continue
-                gain, _ = work.gains()
+                gain, new = work.gains()
+                if practical:
+                    gain = _significant(gain, new, work.alpha, work.a)
                 if np.max(gain) > tol * max(1.0, abs(work.L)) and not stuck():
                     continue
-            converged, stop_reason = True, "rounding" if stuck() else "tolerance"
+            converged = True
+            stop_reason = "rounding" if stuck() else "practical" if practical else "tolerance"
             break
         if not np.isfinite(work.alpha[m]):
             work.add(m, new[m])
@@ -1300,6 +1435,23 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=1e-13, max
         bar.close()
     return work.state(converged=converged, seconds=time.perf_counter() - start,
                       stop_reason=stop_reason if converged or stop_reason == "ill-conditioned" else "max_steps")
+
+
+LOG_ALPHA_TOL = 1e-3  # the practical rule: smallest change of ln alpha_m a re-estimate makes
+LOG_NOISE_TOL = 1e-6  # ... and of ln sigma^2 that keeps the fit going
+MAX_ALIGNMENT = 1.0 - 1e-3  # ... and the largest |cosine| of a function added with an active one
+
+
+def _significant(gain, new, alpha, active):
+    """The gains with every re-estimate that changes ln alpha_m by less than ``LOG_ALPHA_TOL``
+    set to -inf (the practical rule of :func:`resume`)."""
+    if len(active):
+        old, target = alpha[active], new[active]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            small = np.isfinite(target) & (np.abs(np.log(target / old)) < LOG_ALPHA_TOL)
+        gain = gain.copy()
+        gain[active[small]] = -np.inf
+    return gain
 
 
 def _bar(progress_bar, total):

@@ -274,6 +274,118 @@ def test_operator_dictionary_fit_equals_dense(kind):
     np.testing.assert_allclose(ss.predict(a, np.arange(64))[0], ss.predict(b, dense)[0], atol=1e-9)
 
 
+class OperatorOnly(basis.Dictionary):
+    """A dense array seen only through products (the fit's path for operator dictionaries)."""
+
+    def __init__(self, D):
+        self.D, self.shape = D, D.shape
+
+    def matvec(self, x):
+        return self.D @ x
+
+    def rmatvec(self, v):
+        return self.D.T @ v
+
+    def weighted_sq_norms(self, weights):
+        return weights @ self.D**2
+
+
+def sinc_design(n, seed=0):
+    from ppl_sbl import datasets
+
+    d = datasets.sinc(n_train=n, seed=seed)
+    return basis.rbf(d.X_train, delta=5.55, bias=True), d.t_train
+
+
+@pytest.mark.parametrize("tol", [None, 1e-13])
+def test_dense_design_path_equals_operator_path(tol):
+    """A dense design matrix takes its own path (D^T D_a held, O(M K) per move): the same moves and
+    the same L as the products-only path on the same matrix, noise re-estimated."""
+    for D, y in (problem(3)[:2], sinc_design(80)):
+        a = ss.fit(D, y, noise_var=float(np.var(y)), update_noise=True, tol=tol)
+        b = ss.fit(OperatorOnly(D), y, noise_var=float(np.var(y)), update_noise=True, tol=tol)
+        assert len(a.moves) > 20 and a.moves == b.moves
+        assert a.log_marginal_likelihood == pytest.approx(b.log_marginal_likelihood, rel=1e-10)
+        np.testing.assert_allclose(a.S, b.S, rtol=1e-8, atol=1e-9 * np.abs(a.S).max())
+
+
+def cosines(D):
+    n = np.linalg.norm(D, axis=0)
+    return np.abs(D.T @ D) / np.outer(n, n)
+
+
+@pytest.mark.parametrize("update_noise", [False, True])
+@pytest.mark.parametrize("case", ["random", "sinc"])
+def test_practical_stop_has_no_significant_move(case, update_noise):
+    """At the default (practical) stop, by statistics computed from scratch: no add of a function
+    the alignment guard allows and no delete raises L, every re-estimate would change ln alpha by
+    less than 1e-3, and (noise re-estimated) sigma^2 sits at its own re-estimate."""
+    D, y = problem(5)[:2] if case == "random" else sinc_design(120, seed=2)
+    st = ss.fit(D, y, noise_var=float(np.var(y)), update_noise=update_noise)
+    assert st.converged and st.stop_reason == "practical"
+    L, C = direct_L(D, y, st.alpha, st.noise_var)
+    assert st.log_marginal_likelihood == pytest.approx(L, rel=1e-10)
+    S, Q = direct_SQ(D, y, C)
+    a = st.active
+    gain, new = ss._gains(st.alpha, S, Q)
+    floor = 1e-9 * abs(L)  # gains from direct statistics carry this much rounding
+    allowed = cosines(D)[:, a].max(axis=1) <= ss.MAX_ALIGNMENT
+    out = ~np.isfinite(st.alpha)
+    assert np.all(gain[out & allowed] <= floor)
+    deleted = a[~np.isfinite(new[a])]
+    assert np.all(gain[deleted] <= floor)
+    kept = a[np.isfinite(new[a])]
+    assert np.all(np.abs(np.log(new[kept] / st.alpha[kept])) < ss.LOG_ALPHA_TOL)
+    if update_noise:
+        a_sorted = np.sort(a)
+        Sigma = np.linalg.inv(np.diag(st.alpha[a_sorted]) + D[:, a_sorted].T @ D[:, a_sorted] / st.noise_var)
+        mu = Sigma @ D[:, a_sorted].T @ y / st.noise_var
+        dof = len(y) - len(a) + np.sum(st.alpha[a_sorted] * np.diag(Sigma))
+        proposal = np.sum((y - D[:, a_sorted] @ mu) ** 2) / dof
+        assert abs(np.log(proposal / st.noise_var)) < 1e-4
+
+
+@pytest.mark.parametrize("n", [100, 400])
+def test_practical_stop_is_near_the_exact_optimum(n):
+    """From the practical stop, the exact mode (``tol``, the same alignment guard) climbs to its
+    local optimum: it gains less than 0.01 nats, and the practical fit needs far fewer moves
+    than the exact one from the empty model."""
+    D, y = sinc_design(n, seed=1)
+    start = float(np.var(y))
+    st = ss.fit(D, y, noise_var=start, update_noise=True)
+    exact = ss.resume(st, update_noise=True, tol=1e-13, max_alignment=ss.MAX_ALIGNMENT)
+    assert exact.stop_reason == "tolerance"
+    gap = exact.log_marginal_likelihood - st.log_marginal_likelihood
+    assert -1e-9 * abs(st.log_marginal_likelihood) <= gap < 0.01
+    scratch = ss.fit(D, y, noise_var=start, update_noise=True, tol=1e-13, max_alignment=ss.MAX_ALIGNMENT)
+    assert len(st.moves) < len(scratch.moves)
+
+
+def test_alignment_guard_keeps_collinear_pairs_out():
+    """Columns duplicated up to a 1e-7 perturbation: the default fit never holds a pair whose
+    |cosine| exceeds the guard, while the exact mode without the guard does take one in."""
+    D, y, rng = problem(2, N=60, M=20)
+    twins = D + 1e-7 * rng.normal(size=D.shape)
+    D2 = np.column_stack([D, twins])
+    st = ss.fit(D2, y, noise_var=0.05, update_noise=True)
+    cos = cosines(D2)[np.ix_(st.active, st.active)]
+    assert np.max(cos - np.eye(len(st.active))) <= ss.MAX_ALIGNMENT
+    unguarded = ss.fit(D2, y, noise_var=0.05, update_noise=True, tol=1e-13)
+    cos = cosines(D2)[np.ix_(unguarded.active, unguarded.active)]
+    assert np.max(cos - np.eye(len(unguarded.active))) > ss.MAX_ALIGNMENT
+    with pytest.raises(ValueError, match="max_alignment"):
+        ss.fit(D2, y, noise_var=0.05, max_alignment=1.5)
+
+
+def test_zero_column_never_enters():
+    D, y, _ = problem(4)
+    D[:, 3] = 0.0
+    y = y + 2.0 * D[:, 5]
+    for tol in (None, 1e-13):
+        st = ss.fit(D, y, noise_var=0.1, update_noise=True, tol=tol)
+        assert st.converged and 3 not in st.active and 5 in st.active
+
+
 # ----------------------------------------------------------------------------------------------
 # Bad inputs
 # ----------------------------------------------------------------------------------------------
@@ -355,7 +467,7 @@ def test_overlapping_rbfs_end_on_exact_statistics(block, monkeypatch):
     x = np.sort(rng.uniform(-5, 5, 80))
     y = np.sinc(x) + 0.05 * rng.normal(size=80)
     D = np.exp(-((x[:, None] - x[None, :]) ** 2) / (2 * 1.5**2))
-    st = ss.fit(D, y, noise_var=0.05**2)
+    st = ss.fit(D, y, noise_var=0.05**2, tol=1e-13)
     assert st.converged and st.refresh_drift
     L, C = direct_L(D, y, st.alpha, st.noise_var)
     # C is ill-conditioned here (cond ~ 1e10): exact formulas agree only to rounding. The K x K
@@ -408,7 +520,7 @@ def test_gains_at_rounding_level_stop_the_fit():
     D = basis.haar_2d((size, size), 1)
     y = img.ravel()[obs]
     start = float(np.var(img))
-    default = ss.fit(D, y, rows=obs, noise_var=start, update_noise=True)
+    default = ss.fit(D, y, rows=obs, noise_var=start, update_noise=True, tol=1e-13)
     assert default.converged and default.stop_reason == "tolerance"
     tiny = ss.fit(D, y, rows=obs, noise_var=start, update_noise=True, tol=1e-18, max_steps=20000)
     assert tiny.converged and tiny.stop_reason == "rounding" and len(tiny.moves) < 20000
@@ -433,7 +545,7 @@ def test_nan_gains_are_not_convergence(monkeypatch):
     must not read as convergence: the fit refreshes, and where the exact gains are NaN too it stops
     with stop_reason "ill-conditioned", not converged."""
     D, y, rng = problem(7)
-    clean = ss.fit(D, y, noise_var=0.1)
+    clean = ss.fit(D, y, noise_var=0.1, tol=1e-13)
     assert clean.converged and clean.stop_reason == "tolerance"
     real, calls = ss._gains, []
 
@@ -446,7 +558,7 @@ def test_nan_gains_are_not_convergence(monkeypatch):
         return gain, new
 
     monkeypatch.setattr(ss, "_gains", nan_after_three)
-    st = ss.fit(D, y, noise_var=0.1)
+    st = ss.fit(D, y, noise_var=0.1, tol=1e-13)
     assert st.stop_reason == "ill-conditioned" and not st.converged
     assert len(st.moves) == 3  # three moves, then a refresh (a fourth and fifth call) and the stop
     assert len(calls) == 5
@@ -545,7 +657,7 @@ def test_overlapping_rbf_image_converges():
     rng = np.random.default_rng(0)
     obs = np.sort(rng.choice(size * size, int(round(0.45 * size * size)), replace=False))
     D = basis.gaussian_rbf_2d((size, size), 8.0)
-    st = ss.fit(D, img[obs], rows=obs, noise_var=1e-3)
+    st = ss.fit(D, img[obs], rows=obs, noise_var=1e-3, tol=1e-13)
     assert st.converged and st.stop_reason in ("tolerance", "rounding")
     assert np.min(st.alpha[st.active]) < 1e-6 * np.max(st.alpha[st.active])  # the regime in question
     dense, y, a = D.to_dense()[obs], img[obs], st.active
