@@ -48,6 +48,7 @@ __all__ = [
     "num_active",
     "bucket_size",
     "low_rank_factor",
+    "design_low_rank_factor",
     "covariance_diagonal",
     "covariance_matmul",
     "dense_covariance",
@@ -140,19 +141,47 @@ def gather_gram(gram, index):
     return jnp.take(g, index, axis=1, mode="fill", fill_value=0.0)
 
 
-def low_rank_factor(gram, rtol=1e-13):
-    """F with gram ~= F F^T, keeping the eigenvalues above ``rtol`` times the largest, or ``None``
-    when that rank exceeds a third of the size (then the dense update is cheaper).
+def _pivoted_cholesky(diagonal, column, rtol, max_rank):
+    """F (M, r) with F F^T ~= G by Cholesky factorisation with diagonal pivoting, from G's diagonal
+    and a function giving its column j; stops once every diagonal entry of G - F F^T is at most
+    ``rtol`` times the largest of G's (so every entry of the residual is, G being positive
+    semi-definite), or returns None past ``max_rank`` columns. O(r) columns and O(M r^2)."""
+    diagonal = np.array(diagonal, dtype=np.float64)
+    top = float(np.max(diagonal, initial=0.0))
+    F = np.zeros((diagonal.shape[0], max(0, min(max_rank, diagonal.shape[0]))))
+    for k in range(F.shape[1] + 1):
+        j = int(np.argmax(diagonal))
+        if diagonal[j] <= rtol * top:
+            return F[:, :k]
+        if k == F.shape[1]:
+            return None
+        col = column(j) - F[:, :k] @ F[j, :k]
+        F[:, k] = col / np.sqrt(diagonal[j])
+        diagonal = np.maximum(diagonal - F[:, k] ** 2, 0.0)
+        diagonal[j] = 0.0
+    return None
 
-    Eigenvalues below ~1e-13 of the largest are rounding noise of the Gram matrix itself in
-    float64, so the truncation changes no digit that the dense computation can resolve.
+
+def low_rank_factor(gram, rtol=1e-13):
+    """F with gram ~= F F^T (pivoted Cholesky: every entry of gram - F F^T at most ``rtol`` times
+    gram's largest diagonal entry), or ``None`` when that takes more than a third of the size (then
+    the dense update is cheaper).
+
+    Entries below ~1e-13 of the largest are rounding noise of the Gram matrix itself in float64,
+    so the truncation changes no digit that the dense computation can resolve.
     """
-    g = np.asarray(gram)
-    values, vectors = np.linalg.eigh(g)
-    keep = values > rtol * max(values[-1], 0.0)
-    if keep.sum() == 0 or keep.sum() > g.shape[0] // 3:
-        return None
-    return vectors[:, keep] * np.sqrt(values[keep])
+    g = np.asarray(gram, dtype=np.float64)
+    factor = _pivoted_cholesky(np.diag(g), lambda j: g[:, j], rtol, g.shape[0] // 3)
+    return None if factor is None or factor.shape[1] == 0 else factor
+
+
+def design_low_rank_factor(Phi, rtol=1e-13):
+    """:func:`low_rank_factor` of the Gram matrix Phi^T Phi, without forming it: each pivot takes
+    one column Phi^T phi_j, so a design of numerical rank r costs O(N M r), not O(N M^2 + M^3)."""
+    Phi = np.asarray(Phi, dtype=np.float64)
+    factor = _pivoted_cholesky(np.einsum("nm,nm->m", Phi, Phi), lambda j: Phi.T @ Phi[:, j], rtol,
+                               Phi.shape[1] // 3)
+    return None if factor is None or factor.shape[1] == 0 else factor
 
 
 def update_active_gaussian(

@@ -190,6 +190,44 @@ def _compiled_sweep(guide):
     return _compiled("sweep", guide, sweep)
 
 
+_CHUNK = 256  # sweeps one compiled call may run before it hands the trace back
+
+
+def _compiled_chunk(guide):
+    """Up to ``n`` sweeps in one compiled ``lax.while_loop``, each followed by the ELBO of the
+    updated state; it stops after the sweep at which :meth:`CAVI.run` has something to decide:
+    the ELBO converged (relative change at most ``tol``) or is not finite, or a pruning check is
+    due (``check_prune``, relative change at most ``prune_after``, sweep index at least ``wait``).
+    Returns the state, the ELBO after each sweep run (``_CHUNK`` slots, NaN past ``count``) and
+    ``count``. ``first`` is the index of the first sweep, ``previous`` the ELBO before it."""
+
+    def chunk(state, data, previous, first, n, wait, tol, prune_after, check_prune):
+        values = jnp.full((_CHUNK,), jnp.nan, dtype=jnp.float64)
+
+        def cond(carry):
+            _, _, count, _, stop = carry
+            return (count < n) & ~stop
+
+        def body(carry):
+            state, old, count, values, _ = carry
+            # see _fit_loop: the barrier keeps XLA from hoisting each use of the data separately
+            state, d = jax.lax.optimization_barrier((state, data))
+            state = guide.update(state, d)
+            value = guide.elbo(state, d)
+            i = first + count
+            change = jnp.abs(value - old)
+            converged = (i > 0) & (change <= tol * jnp.abs(value))
+            prune_due = check_prune & (i > 0) & (change <= prune_after * jnp.abs(value)) & (i >= wait)
+            stop = converged | ~jnp.isfinite(value) | prune_due
+            return state, value, count + 1, values.at[count].set(value), stop
+
+        carry = (state, jnp.asarray(previous, jnp.float64), jnp.asarray(0), values, jnp.asarray(False))
+        state, _, count, values, _ = jax.lax.while_loop(cond, body, carry)
+        return state, values, count
+
+    return _compiled("chunk", guide, chunk)
+
+
 def _compiled_prune(guide):
     return _compiled("prune", guide, lambda state, data, threshold: _prune_state(state, data, guide, threshold))
 
@@ -274,55 +312,70 @@ class CAVI:
         do_prune = bool(self.prune) and bool(_active_gaussians(state))
 
         sweep = _compiled_sweep(g)
+        chunk = _compiled_chunk(g)
+        tol = jnp.asarray(self.tol, dtype=jnp.float64)
+        prune_after = jnp.asarray(self.prune_after, dtype=jnp.float64)
         trace, prune_events = [], []
         converged = False
         start = time.perf_counter()
-        bar = None
+        bar, bar_clock = None, None
         previous = -math.inf
         pending = None  # the state before the last prune, until the sweep after it is accepted
         wait, backoff, gap = 0, 10, _PRUNE_EVERY
-        for i in range(int(self.max_sweeps)):
-            state, value = sweep(state, data)
-            value = float(value)
+        i = 0  # sweeps made
+        while i < int(self.max_sweeps):
             if pending is not None:
+                # one sweep after a prune: keep the prune only if the ELBO did not fall, otherwise
+                # undo it (freezing lost more than the next sweep gained) and wait longer before
+                # trying again, so that the ELBO never decreases
+                state, value = sweep(state, data)
+                value = float(value)
                 if value < previous:
-                    # freezing lost more than the next sweep gained: undo it, so that the ELBO
-                    # never decreases, and wait longer before trying again
                     state, value = sweep(pending, data)
                     value = float(value)
                     prune_events.pop()
                     wait, backoff = i + backoff, 2 * backoff
                 pending = None
+                values = [value]
+            else:
+                n = min(_CHUNK, int(self.max_sweeps) - i)
+                state, chunk_values, count = chunk(state, data, previous, i, n, wait, tol, prune_after,
+                                                   do_prune)
+                values = [float(v) for v in np.asarray(chunk_values)[:int(count)]]
+            for value in values:
+                trace.append(value)
+                if not math.isfinite(value):
+                    raise FloatingPointError(
+                        f"the ELBO became {value} at sweep {len(trace)}; check the scale of the inputs "
+                        "or the hyperparameters."
+                    )
+            i += len(values)
             updated = state
-            trace.append(value)
-            if not math.isfinite(value):
-                raise FloatingPointError(
-                    f"the ELBO became {value} at sweep {i + 1}; check the scale of the inputs "
-                    "or the hyperparameters."
-                )
-            if i > 0 and abs(value - previous) <= self.tol * abs(value):
+            value = values[-1]
+            step_before = trace[-2] if len(trace) > 1 else -math.inf
+            if i > 1 and abs(value - step_before) <= self.tol * abs(value):
                 converged = True
                 break
             # prune only once the transient of the first sweeps is over; the pruned state is handed
             # to the next sweep, so the recorded ELBO always belongs to an updated state
-            allow = i > 0 and abs(value - previous) <= self.prune_after * abs(value)
+            allow = i > 1 and abs(value - step_before) <= self.prune_after * abs(value)
             previous = value
-            if do_prune and allow and i >= wait:
+            if do_prune and allow and i - 1 >= wait:
                 before = _num_active(state)
                 pruned = _compiled_prune(g)(state, data, threshold)
                 active = _num_active(pruned)
                 # the next check: soon after a prune, further and further apart while none is found
                 gap = _PRUNE_EVERY if active < before else min(2 * gap, _PRUNE_EVERY_MAX)
-                wait = max(wait, i + gap)
+                wait = max(wait, i - 1 + gap)
                 if active < before:
-                    prune_events.append((i + 1, active))
+                    prune_events.append((i, active))
                     pending = state
                     total = pruned._asdict()[_active_gaussians(pruned)[0]].index.shape[0]
                     size = _gauss.bucket_size(active, total)
                     state = _compact_state(pruned, size) if size < total else pruned
-            if i == 0:
+            if bar_clock is None:
                 bar_clock = time.perf_counter()  # compilation does not count towards the delay
-            bar = self._progress(bar, bar_clock, i, value)
+            bar = self._progress(bar, bar_clock, i, len(values), value)
         if bar is not None:
             bar.close()
         return CAVIResult(
@@ -339,7 +392,8 @@ class CAVI:
             seconds=time.perf_counter() - start,
         )
 
-    def _progress(self, bar, start, i, value):
+    def _progress(self, bar, start, done, made, value):
+        """Show ``done`` sweeps of ``max_sweeps`` (``made`` of them since the last call)."""
         show = self.progress_bar
         if show is False:
             return None
@@ -347,10 +401,10 @@ class CAVI:
             from tqdm.auto import tqdm
 
             # progress_bar=None: only on a terminal (tqdm's disable=None), after two seconds
-            bar = tqdm(total=int(self.max_sweeps), initial=i + 1, desc="CAVI", unit="sweep",
+            bar = tqdm(total=int(self.max_sweeps), initial=done - made, desc="CAVI", unit="sweep",
                        disable=None if show is None else False, mininterval=0.5)
         if bar is not None:
-            bar.update(1)
+            bar.update(made)
             bar.set_postfix(elbo=f"{value:.4f}", refresh=False)
         return bar
 

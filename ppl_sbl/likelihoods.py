@@ -55,8 +55,8 @@ class GaussianLikelihood(NamedTuple):
     Phi (N, M); t (N,); gram = Phi^T Phi (M, M), or None when ``gram_factor`` holds it;
     gram_factor (M, r) with gram_factor gram_factor^T = gram when Phi has numerical rank
     r <= M/3 (else None): each q(w) update then costs O(M^2 r) instead of O(M^3), exact to
-    rounding (``ppl_sbl.gaussian.low_rank_factor``); phi_t = Phi^T t (M,); col_sq = ||phi_k||^2
-    (M,); e0, f0 the Gamma prior of gamma.
+    rounding (``ppl_sbl.gaussian.design_low_rank_factor``, which never forms the Gram matrix);
+    phi_t = Phi^T t (M,); col_sq = ||phi_k||^2 (M,); e0, f0 the Gamma prior of gamma.
     """
 
     Phi: jax.Array
@@ -71,13 +71,13 @@ class GaussianLikelihood(NamedTuple):
 
 def prepare_gaussian(Phi, t, e0, f0) -> GaussianLikelihood:
     """From validated NumPy ``Phi`` and ``t`` and scalar hyperparameters."""
-    gram = Phi.T @ Phi
-    factor = G.low_rank_factor(gram)
+    factor = G.design_low_rank_factor(Phi)
+    gram = Phi.T @ Phi if factor is None else None  # the factor replaces it
     Phi, t = jnp.asarray(Phi), jnp.asarray(t)
     return GaussianLikelihood(
         Phi=Phi,
         t=t,
-        gram=jnp.asarray(gram) if factor is None else None,  # the factor replaces it
+        gram=None if gram is None else jnp.asarray(gram),
         gram_factor=None if factor is None else jnp.asarray(factor),
         phi_t=Phi.T @ t,
         col_sq=jnp.sum(Phi**2, axis=0),

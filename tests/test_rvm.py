@@ -87,6 +87,34 @@ def test_regression_sweeps_and_elbo_equal_numpy_transcription(seed):
     np.testing.assert_allclose(res.state.gamma_rate, ref["f"], rtol=1e-8)
 
 
+@pytest.mark.parametrize("case", ["rank 5", "rbf", "full rank"])
+def test_low_rank_factor_against_the_gram_matrix(case):
+    """The pivoted Cholesky factor: from the design (no Gram matrix formed) the same as from the
+    Gram matrix; every entry of Phi^T Phi - F F^T within rounding of the Gram's largest entry; the
+    rank an eigendecomposition counts above 1e-13 of the largest eigenvalue (or one more);
+    None where the rank exceeds a third of the columns."""
+    r = np.random.default_rng(7)
+    if case == "rank 5":
+        Phi = r.standard_normal((60, 5)) @ r.standard_normal((5, 40))
+    elif case == "rbf":
+        d = ppl_sbl.datasets.sinc(n_train=300, seed=1)
+        Phi = ppl_sbl.basis.rbf(d.X_train, delta=5.55, bias=True)
+    else:
+        Phi = r.standard_normal((60, 40))
+    G = Phi.T @ Phi
+    F = gaussian.design_low_rank_factor(Phi)
+    if case == "full rank":
+        assert F is None and gaussian.low_rank_factor(G) is None
+        return
+    np.testing.assert_allclose(gaussian.low_rank_factor(G), F, rtol=1e-9, atol=1e-9 * np.sqrt(G.max()))
+    assert np.max(np.abs(G - F @ F.T)) <= 1e-12 * np.max(np.diag(G))
+    values = np.linalg.eigvalsh(G)
+    rank = int(np.sum(values > 1e-13 * values[-1]))
+    assert rank <= F.shape[1] <= rank + 1
+    if case == "rank 5":
+        assert F.shape[1] == 5
+
+
 def test_low_rank_design_uses_woodbury_and_equals_the_dense_transcription():
     """Phi of rank 4 with 30 columns: the factored q(w) update must reproduce the dense formulas."""
     r = np.random.default_rng(3)
@@ -213,6 +241,39 @@ def test_jitted_plain_and_vmapped_fits_agree():
     # and the Python-loop driver reaches the same optimum
     res = _cavi(rvm.regression, *problems[0], tol=1e-10, prune=False)
     assert res.elbo == pytest.approx(float(jitted[0][1]), rel=1e-8)
+
+
+def test_run_drives_the_compiled_loop_with_few_host_round_trips(monkeypatch):
+    """CAVI.run hands control back to Python only every ``_CHUNK`` sweeps or where it has a
+    decision to make (a pruning check): without pruning its trace is the pure compiled loop's
+    (``ppl_sbl.fit`` recording its trace), sweep for sweep, in a handful of compiled calls."""
+    from ppl_sbl import inference
+
+    Phi, t = random_regression(8, N=40, M=12)
+    calls = []
+    real = inference._compiled_chunk
+
+    def counting(guide):
+        fn = real(guide)
+
+        def wrapped(*args):
+            calls.append(1)
+            return fn(*args)
+
+        return wrapped
+
+    monkeypatch.setattr(inference, "_compiled_chunk", counting)
+    res = _cavi(rvm.regression, Phi, t, tol=1e-12, prune=False, max_sweeps=3000)
+    data = inference._strong(rvm.REGRESSION_GUIDE.prepare(Phi, t))
+    _, _, sweeps, _, trace = jax.jit(
+        lambda d: inference._fit_loop(rvm.REGRESSION_GUIDE, d, 1e-12, 3000, None, record=True))(data)
+    assert res.num_sweeps == int(sweeps) > inference._CHUNK
+    np.testing.assert_allclose(res.elbo_trace, np.asarray(trace)[:int(sweeps)], rtol=1e-12)
+    assert len(calls) == -(-res.num_sweeps // inference._CHUNK)
+    calls.clear()
+    pruned = _cavi(rvm.regression, Phi, t, tol=1e-12, max_sweeps=3000)
+    assert np.all(np.diff(pruned.elbo_trace) >= -1e-9 * np.abs(pruned.elbo_trace[1:]))
+    assert len(calls) < pruned.num_sweeps / 4
 
 
 def test_pruned_fit_moves_the_fixed_point_only_a_little():
