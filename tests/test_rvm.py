@@ -249,7 +249,8 @@ def test_run_drives_the_compiled_loop_with_few_host_round_trips(monkeypatch):
     (``ppl_sbl.fit`` recording its trace), sweep for sweep, in a handful of compiled calls."""
     from ppl_sbl import inference
 
-    Phi, t = random_regression(8, N=40, M=12)
+    d = ppl_sbl.datasets.sinc(n_train=40, seed=3)
+    Phi, t = ppl_sbl.basis.rbf(d.X_train, delta=5.55, bias=True), d.t_train
     calls = []
     real = inference._compiled_chunk
 
