@@ -1,536 +1,724 @@
-"""Benchmark: variational RVM regression on the noisy sinc, ours (closed-form CAVI) vs peers.
+"""Benchmark: relevance vector fits against compiled peers, above all fastrvm's C++ SparseBayes.
 
-Not a test. Fits the same problem -- noisy sinc, Gaussian RBF basis (delta = 5.55) centred on
-every training point plus a bias, so M = N + 1 -- at several training sizes N with
+Not a test (``tests/test_bench_rvm.py`` runs ``--quick``). Every peer fits the same design in this
+one process, and the peers are interleaved: at each size a first, untimed "warm" call of every peer
+(its wall time recorded apart as ``first_call_seconds``, with the JAX compilation it included), then
+``--rounds`` rounds, round r calling every peer once in a fixed order before round r + 1 starts, so
+that all peers see the same state of a shared machine. Times are the median and the minimum over
+the rounds; ratios are a peer's median (minimum) over fastrvm's median (minimum).
 
-1. ``ppl_sbl.CAVI(rvm.regression)`` to convergence (tol 1e-9), pruned and un-pruned;
-2. scikit-learn ``ARDRegression()`` with default settings on the same Phi;
-3. NumPyro SVI (``AutoNormal`` guide, Adam) on the same NumPyro model ``rvm.regression``
-   (default hyperparameters), run in jitted ``lax.scan`` chunks until the smoothed training
-   loss stops changing (relative change of the per-chunk mean < ``--svi-rtol`` on
-   ``--svi-patience`` consecutive chunks) or until its time budget is spent.
+Regression (default): the noisy sinc (``datasets.sinc(n_train=N, n_test=600, seed=0)``), design
+``basis.rbf(X, delta=5.55, bias=True)`` (the bias column first, M = N + 1), RMSE on the 600
+noiseless test targets. Peers, in this order:
 
-Every peer runs in this one process, one after the other. The table gives wall times (CAVI
-with and without jit compilation), time ratios, ELBOs, test RMSE on the 600 noiseless test
-points, the number of relevant basis functions and the number of sweeps / iterations / steps.
-A JSON record goes to ``bench/results/``.
+``fastrvm``
+    ``fastrvm.RVR(kernel="precomputed", fit_intercept=True)`` on the square RBF part
+    ``basis.rbf(X, delta=5.55)``: its intercept is our bias column 0, its ``relevance_`` index j our
+    column j + 1 (:func:`fastrvm_columns`), so it fits the same design. Predictions are
+    ``Phi_test[:, columns] @ coef`` (fastrvm 0.1.5's own ``predict`` cannot take a precomputed
+    kernel: it checks for N columns and then for one column per relevance vector).
+``sequential_sbl``
+    ``models.sequential_sbl.fit(Phi, t, noise_var=var(t), update_noise=True)``: our type-II fit
+    (Tipping & Faul's fast marginal likelihood maximisation) with its default stopping rule.
+``sequential_sbl_exact``
+    The same with ``tol=1e-13``: the exact local optimum of L. The default rule's goal is an L within
+    0.1 nats of it (``L_default_minus_exact`` per size).
+``cavi``
+    ``ppl_sbl.CAVI(rvm.regression, progress_bar=False).run(Phi, t)``: our variational sweep.
+``ard``
+    scikit-learn ``ARDRegression()`` (default settings) on Phi.
+
+The peers are the dictionaries :func:`regression_peers` and :func:`classification_peers`, name ->
+:class:`Peer` (a fit and a function that describes its result): adding a peer is one entry, and
+every peer gets a ``--skip-<name>-above N`` option.
+
+Slow peers. ``--skip-<name>-above N`` skips a peer at sizes above N (defaults: ``ard`` above 300,
+where it takes about 500 s at N = 1000; ``cavi`` above 2000; ``sequential_sbl_exact`` above
+1000); its time there is extrapolated by a log-log fit over the sizes where it ran (slope 3, the
+dense solve's, assumed where it ran at one size only) and marked '*', not measured. A peer whose
+warm call takes more than ``--cap`` seconds (default 120) is called no more at that size: its time
+there is that one call less the JAX compilation it included (marked '~').
+
+The record also gives, per size: every peer's test RMSE and its ratio to fastrvm's, its number of
+design columns in the model (``relevant``, the bias included where it is in) and of relevance
+vectors (``relevance_vectors``, the RBF columns only), the overlap of each type-II fit's active
+columns with fastrvm's (the size of the intersection and the symmetric difference, in our column
+numbering), L of both type-II fits and the ELBO of the sweep.
+
+Classification (``--classification``): Ripley's synthetic data, RBF width delta = 4.0 (Tipping's
+width 0.5, ``ppl_sbl.cli._DEFAULT_DELTA``) and a bias, on ``ripley`` (``datasets.ripley()``: 250
+training and 1000 test points) and ``ripley_pooled`` (``datasets.ripley_pooled()``'s 1250 points
+split 60/40 at random, seed 0, clean labels, inputs as they are: 750 training and 500 test
+points). Peers: ``fastrvm.RVC(kernel="precomputed", fit_intercept=True)`` (the same column
+mapping), ``CAVI(rvm.classification)`` and ``CAVI(robust_rvm.classification)``; test error in
+percentage points (P(t = 1) > 0.5, fastrvm: logit > 0). On ``ripley_pooled`` our sweeps take
+minutes per fit, so the cap leaves them one call each.
 
 Usage::
 
-    python bench/rvm.py --quick                      # smoke run, N = 50, 100, < 1 minute
-    python bench/rvm.py                              # N = 100, 300, 1000, SVI budget 600 s
-    python bench/rvm.py --sizes 100 300 1000 --svi-budget 120 --skip-ard-above 300
-    python bench/rvm.py --sizes 100 --n 5000         # plus CAVI alone at N = 5000 (peak RSS)
+    OPENBLAS_NUM_THREADS=1 python bench/rvm.py | tee bench/results/rvm_cpu.log
+    python bench/rvm.py --sizes 100 300 1000 --out /tmp/rvm.json
+    python bench/rvm.py --classification | tee bench/results/rvm_classification_cpu.log
+    python bench/rvm.py --classification --datasets ripley --out /tmp/rvm_c.json
+    python bench/rvm.py --quick --out /tmp/q.json                  # N = 50, 100 (seconds)
+    python bench/rvm.py --classification --quick --out /tmp/qc.json  # 100 Ripley points
 
-Timing notes
-------------
-* ``CAVI`` compiles one sweep per guide and shape and reuses it across calls, so the first
-  ``run`` on a problem is "CAVI incl. jit" and a second ``run`` of the same problem is
-  "CAVI excl. jit". JAX's persistent compilation cache is also switched on (a temporary
-  directory), which only matters for the per-bucket shapes that pruning compiles.
-* SVI's clock counts only its optimisation steps: the ELBO estimates taken between chunks (to
-  find when SVI first comes within 1 nat of our ELBO) are not counted.
-* Where a peer is skipped at some N (``--skip-ard-above``, ``--skip-svi-above``), its time is
-  extrapolated from the sizes where it ran with a log-log fit and labelled as extrapolated.
+Records: ``bench/results/rvm_<backend>.json`` and ``rvm_classification_<backend>.json``
+(``_quick`` before ``.json`` with ``--quick``), or ``--out``.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import os
-import resource
-import subprocess
 import sys
-import tempfile
 import time
 import warnings
 
-from _common import environment
-
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from _common import environment, loglog_fit, write_record  # noqa: E402
+from robust_rvm import CompileClock, Timer  # noqa: E402
+
+REFERENCE = "fastrvm"
 DELTA = 5.55
+CLASSIFICATION_DELTA = 4.0
 N_TEST = 600
+EXACT_TOL = 1e-13
+L_GOAL_NATS = 0.1
+SKIP_ABOVE = {"sequential_sbl_exact": 1000, "cavi": 2000, "ard": 300}
+CLASSIFICATION_DATA = ("ripley", "ripley_pooled")
+
+Peer = collections.namedtuple("Peer", "fit describe")
+Peer.__doc__ = """A peer of the benchmark.
+
+Attributes
+----------
+fit : callable
+    ``fit(problem)`` -> a fitted result; the call that is timed.
+describe : callable
+    ``describe(result, problem)`` -> dict of the record's fields (predictions, counts, bounds), untimed.
+"""
+
+Problem = collections.namedtuple("Problem", "name X t X_test t_test Phi Phi_test K")
+Problem.__doc__ = """One data set and its design.
+
+Attributes
+----------
+name : str
+X, t, X_test, t_test : arrays
+    Training and test inputs and targets.
+Phi, Phi_test : (N, N + 1), (N_test, N + 1) arrays
+    The RBF design with the bias column first (centres: the training inputs).
+K : (N, N) array
+    ``Phi[:, 1:]`` (C-contiguous): the square kernel that fastrvm takes.
+"""
 
 
 # ----------------------------------------------------------------------------------------------
-# Set-up
+# Problems
 # ----------------------------------------------------------------------------------------------
-def _enable_compilation_cache():
-    import jax
+def make_problem(name, X, t, X_test, t_test, delta):
+    """The :class:`Problem` of a data set: RBF design of width ``delta`` with the bias column first."""
+    import numpy as np
 
-    cache_dir = tempfile.mkdtemp(prefix="ppl_sbl_bench_jax_cache_")
-    jax.config.update("jax_compilation_cache_dir", cache_dir)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    return cache_dir
+    from ppl_sbl import basis
 
-
-def problem(n, seed=0):
-    from ppl_sbl import basis, datasets
-
-    d = datasets.sinc(n_train=n, n_test=N_TEST, seed=seed)
-    Phi = basis.rbf(d.X_train, delta=DELTA, bias=True)
-    Phi_test = basis.rbf(d.X_test, d.X_train, delta=DELTA, bias=True)
-    return d, Phi, Phi_test
+    Phi = basis.rbf(X, delta=delta, bias=True)
+    Phi_test = basis.rbf(X_test, X, delta=delta, bias=True)
+    return Problem(name, X, t, X_test, t_test, Phi, Phi_test, np.ascontiguousarray(Phi[:, 1:]))
 
 
+def regression_problem(n):
+    """The noisy sinc at ``n`` training points (seed 0) and its 600 noiseless test points."""
+    from ppl_sbl import datasets
+
+    d = datasets.sinc(n_train=n, n_test=N_TEST, seed=0)
+    return make_problem(f"sinc{n}", d.X_train, d.t_train, d.X_test, d.t_test, DELTA)
+
+
+def classification_problem(name, subsample=0):
+    """Ripley's data (``ripley``: 250 / 1000, or ``ripley_pooled``: a 60/40 split, 750 / 500).
+
+    Parameters
+    ----------
+    name : {"ripley", "ripley_pooled"}
+    subsample : int
+        0: every training point; otherwise that many training points, evenly spaced in the training
+        set's order (Ripley's training set is sorted by class, so both classes stay in), and every
+        test point.
+
+    Returns
+    -------
+    Problem
+    """
+    import numpy as np
+
+    from ppl_sbl import datasets
+
+    if name == "ripley":
+        d = datasets.ripley()
+    elif name == "ripley_pooled":
+        X, t = datasets.ripley_pooled()
+        d = datasets.split_with_label_noise(X, t, label_noise=0.0, normalize=False, seed=0, name="Ripley pooled")
+    else:
+        raise ValueError(f"unknown data set {name!r}; choose from {CLASSIFICATION_DATA}.")
+    X, t = d.X_train, d.t_train
+    label = name
+    if subsample and subsample < len(t):
+        idx = np.round(np.linspace(0, len(t) - 1, subsample)).astype(int)
+        X, t = X[idx], t[idx]
+        label = f"{name}[{subsample}/{len(d.t_train)}]"
+    return make_problem(label, X, t, d.X_test, d.t_test, CLASSIFICATION_DELTA)
+
+
+# ----------------------------------------------------------------------------------------------
+# Describing the fits
+# ----------------------------------------------------------------------------------------------
 def rmse(pred, target):
+    """Root mean squared error."""
     import numpy as np
 
     return float(np.sqrt(np.mean((np.asarray(pred) - np.asarray(target)) ** 2)))
 
 
+def error_percent(score, t, threshold):
+    """Test error in percentage points: the share of ``score > threshold`` that disagrees with ``t > 0.5``."""
+    import numpy as np
+
+    return float(100.0 * np.mean((np.asarray(score) > threshold) != (np.asarray(t) > 0.5)))
+
+
+def fastrvm_columns(model):
+    """Our design columns and coefficients of a fastrvm fit with ``fit_intercept=True``.
+
+    Parameters
+    ----------
+    model : fastrvm.RVR or fastrvm.RVC (binary)
+        Fitted on the square kernel ``Phi[:, 1:]`` (or on the inputs with the same RBF kernel).
+
+    Returns
+    -------
+    columns : (K + 1,) int
+        0 (the intercept, our bias column) and ``relevance_ + 1``.
+    coef : (K + 1,) float
+        ``intercept_`` and ``dual_coef_``, so that ``Phi[:, columns] @ coef`` is its prediction
+        (regression) or logit (classification).
+    """
+    import numpy as np
+
+    columns = np.concatenate([[0], np.asarray(model.relevance_, dtype=np.int64) + 1])
+    coef = np.concatenate([np.atleast_1d(np.asarray(model.intercept_, dtype=np.float64))[:1],
+                           np.asarray(model.dual_coef_, dtype=np.float64).ravel()])
+    return columns, coef
+
+
+def _columns_fields(columns):
+    import numpy as np
+
+    columns = np.sort(np.asarray(columns, dtype=np.int64))
+    return {"relevance_columns": columns.tolist(), "relevant": int(len(columns)),
+            "relevance_vectors": int(np.sum(columns > 0))}
+
+
+def describe_fastrvm(model, p):
+    """fastrvm (RVR or RVC): columns in our numbering, coefficients, test RMSE or error."""
+    import numpy as np
+
+    columns, coef = fastrvm_columns(model)
+    out = _columns_fields(columns)
+    score = p.Phi_test[:, columns] @ coef
+    out.update(coef_columns=columns.tolist(), coef=coef.tolist(), relevance_vectors=int(len(model.relevance_)),
+               n_iter=int(np.ravel(model.n_iter_)[0]), fit_status=int(model.fit_status_))
+    if hasattr(model, "beta_"):
+        out.update(beta=float(model.beta_), rmse=rmse(score, p.t_test))
+    else:
+        out.update(test_error=error_percent(score, p.t_test, 0.0))
+    return out
+
+
+def describe_sequential_sbl(state, p):
+    """Our type-II fit: active columns, mean coefficients, L, moves, stop reason, test RMSE."""
+    import numpy as np
+
+    from ppl_sbl.models import sequential_sbl as ss
+
+    active = np.asarray(state.active, dtype=np.int64)
+    out = _columns_fields(active)
+    out.update(coef_columns=active.tolist(), coef=np.asarray(state.mu, dtype=np.float64).tolist(),
+               log_marginal_likelihood=float(state.log_marginal_likelihood), moves=len(state.moves),
+               stop_reason=str(state.stop_reason), converged=bool(state.converged), noise_var=float(state.noise_var),
+               rmse=rmse(ss.predict(state, p.Phi_test)[0], p.t_test))
+    return out
+
+
+def describe_cavi(res, p):
+    """A CAVI result: relevant columns (``res.relevant``), ELBO, sweeps, test RMSE (regression) or
+    error at P(t = 1) = 0.5 (classification)."""
+    import numpy as np
+
+    out = _columns_fields(np.flatnonzero(np.asarray(res.relevant)))
+    out.update(elbo=float(res.elbo), num_sweeps=int(res.num_sweeps), converged=bool(res.converged))
+    pred = res.predict(p.Phi_test)
+    if isinstance(pred, tuple):
+        out["rmse"] = rmse(pred[0], p.t_test)
+    else:
+        out["test_error"] = error_percent(pred, p.t_test, 0.5)
+    return out
+
+
+def describe_ard(model, p):
+    """scikit-learn's ARDRegression: columns with |coef_| > 1e-6, iterations, test RMSE."""
+    import numpy as np
+
+    out = _columns_fields(np.flatnonzero(np.abs(model.coef_) > 1e-6))
+    out.update(relevant_rule="|coef_| > 1e-6", n_iter=int(model.n_iter_), max_iter=int(model.max_iter),
+               noise_precision=float(model.alpha_), rmse=rmse(model.predict(p.Phi_test), p.t_test))
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
-# Peers
+# The peers
 # ----------------------------------------------------------------------------------------------
-def run_cavi(Phi, t, Phi_test, t_test, *, prune, tol, max_sweeps, repeat=True):
-    """CAVI.run twice (with the persistent cache on: compile, then cached); wall times of each."""
+def _fit_ard(p):
+    from sklearn.linear_model import ARDRegression
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ARDRegression().fit(p.Phi, p.t)
+
+
+def regression_peers():
+    """The regression peers, name -> :class:`Peer`, in the order in which every round calls them.
+
+    Returns
+    -------
+    dict
+    """
+    import fastrvm
     import numpy as np
 
     import ppl_sbl
     from ppl_sbl.models import rvm
+    from ppl_sbl.models import sequential_sbl as ss
 
-    cavi = ppl_sbl.CAVI(rvm.regression, tol=tol, max_sweeps=max_sweeps, prune=prune, progress_bar=False)
-    start = time.perf_counter()
-    res = cavi.run(Phi, t)
-    first = time.perf_counter() - start
-    second = float("nan")
-    if repeat:
-        start = time.perf_counter()
-        res2 = cavi.run(Phi, t)
-        second = time.perf_counter() - start
-        if res2.num_sweeps != res.num_sweeps or not np.isclose(res2.elbo, res.elbo, rtol=1e-10, atol=1e-8):
-            print(
-                f"  [warn] repeated CAVI run differs: {res.num_sweeps} vs {res2.num_sweeps} sweeps, "
-                f"ELBO {res.elbo!r} vs {res2.elbo!r}",
-                flush=True,
-            )
-        res = res2
-    mean, _ = res.predict(Phi_test)
     return {
-        "seconds_incl_jit": first,
-        "seconds_excl_jit": second,
-        "seconds_reported_by_result": float(res.seconds),
-        "elbo": float(res.elbo),
-        "num_sweeps": int(res.num_sweeps),
-        "converged": bool(res.converged),
-        "relevant": int(np.sum(res.relevant)),
-        "relevant_rule": "res.relevant (E[alpha_k] < E[gamma] ||phi_k||^2, conditional)",
-        "num_active_at_end": int(ppl_sbl.inference._num_active(res.state)) if prune else int(Phi.shape[1]),
-        "prune_events": [list(map(int, e)) for e in res.prune_events],
-        "rmse": rmse(mean, t_test),
+        "fastrvm": Peer(lambda p: fastrvm.RVR(kernel="precomputed", fit_intercept=True).fit(p.K, p.t), describe_fastrvm),
+        "sequential_sbl": Peer(lambda p: ss.fit(p.Phi, p.t, noise_var=float(np.var(p.t)), update_noise=True,
+                                                progress_bar=False), describe_sequential_sbl),
+        "sequential_sbl_exact": Peer(lambda p: ss.fit(p.Phi, p.t, noise_var=float(np.var(p.t)), update_noise=True,
+                                                      tol=EXACT_TOL, progress_bar=False), describe_sequential_sbl),
+        "cavi": Peer(lambda p: ppl_sbl.CAVI(rvm.regression, progress_bar=False).run(p.Phi, p.t), describe_cavi),
+        "ard": Peer(_fit_ard, describe_ard),
     }
 
 
-def run_ard(Phi, t, Phi_test, t_test):
-    import numpy as np
-    from sklearn.linear_model import ARDRegression
+def classification_peers():
+    """The classification peers, name -> :class:`Peer`, in the order in which every round calls them.
 
-    ard = ARDRegression()
-    start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        ard.fit(Phi, t)
-    seconds = time.perf_counter() - start
-    coef = np.asarray(ard.coef_)
+    Returns
+    -------
+    dict
+    """
+    import fastrvm
+
+    import ppl_sbl
+    from ppl_sbl.models import robust_rvm, rvm
+
     return {
-        "seconds": seconds,
-        "rmse": rmse(ard.predict(Phi_test), t_test),
-        "relevant": int(np.sum(np.abs(coef) > 1e-6)),
-        "relevant_rule": "|coef_| > 1e-6",
-        "relevant_lambda_below_threshold": int(np.sum(np.asarray(ard.lambda_) < ard.threshold_lambda)),
-        "num_iterations": int(getattr(ard, "n_iter_", -1)),
-        "max_iter": int(ard.max_iter),
-        "noise_precision": float(ard.alpha_),
-        "warnings": sorted({f"{w.category.__name__}: {w.message}" for w in caught}),
-    }
-
-
-def run_svi(Phi, t, Phi_test, t_test, *, target_elbo, budget, lr, chunk, rtol, patience,
-            monitor_particles, final_particles, seed=0, max_steps=None):
-    """SVI (AutoNormal + Adam) in jitted scan chunks until convergence or the time budget."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    import numpyro
-    from numpyro.infer import SVI, Trace_ELBO
-    from numpyro.infer.autoguide import AutoNormal
-
-    from ppl_sbl.models import rvm
-
-    Phi_j, t_j = jnp.asarray(Phi), jnp.asarray(t)
-    model = rvm.regression
-    guide = AutoNormal(model)
-    svi = SVI(model, guide, numpyro.optim.Adam(lr), Trace_ELBO())
-    key_init, key_mon, key_final = jax.random.split(jax.random.PRNGKey(seed), 3)
-
-    compile_start = time.perf_counter()
-    state = svi.init(key_init, Phi_j, t_j)
-
-    @jax.jit
-    def run_chunk(state):
-        return jax.lax.scan(lambda s, _: svi.update(s, Phi_j, t_j), state, None, length=chunk)
-
-    def elbo_fn(particles):
-        est = Trace_ELBO(num_particles=particles, vectorize_particles=True)
-        return jax.jit(lambda key, params: -est.loss(key, params, model, guide, Phi_j, t_j))
-
-    monitor = elbo_fn(monitor_particles)
-    # compile both before the clock starts (on a throw-away copy of the state)
-    jax.block_until_ready(run_chunk(state))
-    jax.block_until_ready(monitor(key_mon, svi.get_params(state)))
-    compile_seconds = time.perf_counter() - compile_start
-
-    train_seconds = 0.0
-    steps = 0
-    means, history = [], []
-    first_within_1nat = None
-    quiet = 0
-    converged = False
-    while True:
-        start = time.perf_counter()
-        state, losses = run_chunk(state)
-        losses = np.asarray(jax.block_until_ready(losses))
-        train_seconds += time.perf_counter() - start
-        steps += chunk
-        if not np.all(np.isfinite(losses)):
-            print(f"  [warn] SVI loss not finite after {steps} steps", flush=True)
-            break
-        means.append(float(losses.mean()))
-        key_mon, sub = jax.random.split(key_mon)
-        est = float(monitor(sub, svi.get_params(state)))
-        history.append((steps, train_seconds, -means[-1], est))
-        if first_within_1nat is None and target_elbo is not None and est >= target_elbo - 1.0:
-            first_within_1nat = {"seconds": train_seconds, "steps": steps, "elbo_estimate": est}
-        if len(means) > 1:
-            rel = abs(means[-1] - means[-2]) / max(abs(means[-1]), 1e-300)
-            quiet = quiet + 1 if rel < rtol else 0
-            if quiet >= patience:
-                converged = True
-                break
-        if train_seconds >= budget or (max_steps is not None and steps >= max_steps):
-            break
-
-    params = svi.get_params(state)
-    # final ELBO with many particles, in batches of `monitor_particles`
-    batches = max(1, final_particles // monitor_particles)
-    keys = jax.random.split(key_final, batches)
-    values = np.array([float(monitor(k, params)) for k in keys])
-    final_elbo = float(values.mean())
-    final_se = float(values.std(ddof=1) / math.sqrt(batches)) if batches > 1 else float("nan")
-    w = guide.median(params)["w"]
-    pred = np.asarray(Phi_test) @ np.asarray(w)
-    alpha_median = np.asarray(guide.median(params)["alpha"])
-    gamma_median = float(guide.median(params)["gamma"])
-    data_precision = gamma_median * np.sum(np.asarray(Phi) ** 2, axis=0)
-    return {
-        "seconds": train_seconds,
-        "compile_seconds": compile_seconds,
-        "steps": steps,
-        "converged": converged,
-        "budget": budget,
-        "elbo": final_elbo,
-        "elbo_se": final_se,
-        "elbo_particles": batches * monitor_particles,
-        "first_within_1nat_of_cavi": first_within_1nat,
-        "target_elbo": target_elbo,
-        "rmse": rmse(pred, t_test),
-        "relevant": int(np.sum(alpha_median < data_precision)),
-        "relevant_rule": "median alpha_k < median gamma * ||phi_k||^2",
-        "history_every": max(1, len(history) // 200),
-        "history": [list(h) for h in history[:: max(1, len(history) // 200)]],
-        "lr": lr,
-        "chunk": chunk,
+        "fastrvm": Peer(lambda p: fastrvm.RVC(kernel="precomputed", fit_intercept=True).fit(p.K, p.t), describe_fastrvm),
+        "cavi": Peer(lambda p: ppl_sbl.CAVI(rvm.classification, progress_bar=False).run(p.Phi, p.t), describe_cavi),
+        "cavi_robust": Peer(lambda p: ppl_sbl.CAVI(robust_rvm.classification, progress_bar=False).run(p.Phi, p.t),
+                            describe_cavi),
     }
 
 
 # ----------------------------------------------------------------------------------------------
-# CAVI alone at a large N, in a fresh subprocess (peak RSS)
+# Timing
 # ----------------------------------------------------------------------------------------------
-def child_cavi(n, prune, tol, max_sweeps):
-    import jax
+def time_peers(peers, problem, *, rounds, cap, skip, clock):
+    """Time ``peers`` on ``problem``, interleaved, and describe their last fits.
 
-    import ppl_sbl  # noqa: F401  (float64)
+    Parameters
+    ----------
+    peers : dict
+        name -> :class:`Peer`; called in this order in every round.
+    problem : Problem
+    rounds : int
+        Timed rounds after the warm call.
+    cap : float
+        A peer whose warm call takes longer (seconds) is not called again: its time is that call
+        less the compilation it included.
+    skip : set of str
+        Peers not run (their time is extrapolated later).
+    clock : CompileClock
+        Counts JAX's compilation time.
 
-    d, Phi, Phi_test = problem(n)
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    out = run_cavi(Phi, d.t_train, Phi_test, d.t_test, prune=prune, tol=tol, max_sweeps=max_sweeps, repeat=False)
-    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    out["rss_after_data_mib"] = rss_before / 1024.0
-    out["n"] = n
-    out["prune"] = prune
-    out["backend"] = jax.default_backend()
-    print("CHILD_JSON " + json.dumps(out), flush=True)
+    Returns
+    -------
+    dict
+        name -> record: ``status`` ("measured", "capped", "skipped" or "failed": the warm call raised,
+        ``error`` says what), ``seconds`` (median),
+        ``min_seconds``, ``round_seconds``, ``first_call_seconds``, ``first_call_compile_seconds``
+        and the fields of the peer's ``describe``.
+    """
+    import numpy as np
+
+    out, last, timed = {}, {}, []
+    for name, peer in peers.items():  # the warm round
+        if name in skip:
+            out[name] = {"status": "skipped"}
+            continue
+        try:
+            with Timer(clock) as first:
+                last[name] = peer.fit(problem)
+        except Exception as exc:  # one failing peer does not end a long run
+            out[name] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+            print(f"  [warn] {name} failed: {out[name]['error']}", flush=True)
+            continue
+        out[name] = {"first_call_seconds": first.wall, "first_call_compile_seconds": first.compile}
+        if first.wall > cap:
+            out[name].update(status="capped", round_seconds=[max(first.wall - first.compile, 0.0)],
+                             seconds_from=f"the warm call less its compilation (warm call > cap {cap:g} s)")
+        else:
+            out[name].update(status="measured", round_seconds=[])
+            timed.append(name)
+    for _ in range(rounds):
+        for name in timed:
+            start = time.perf_counter()
+            last[name] = peers[name].fit(problem)
+            out[name]["round_seconds"].append(time.perf_counter() - start)
+    for name, rec in out.items():
+        if rec["status"] in ("skipped", "failed"):
+            continue
+        rec.update(seconds=float(np.median(rec["round_seconds"])), min_seconds=float(np.min(rec["round_seconds"])),
+                   rounds=len(rec["round_seconds"]))
+        rec.update(peers[name].describe(last[name], problem))
+    return out
 
 
-def measure_in_subprocess(n, prune, tol, max_sweeps, timeout):
-    cmd = [sys.executable, os.path.abspath(__file__), "--_child", str(n), "--tol", repr(tol),
-           "--max-sweeps", str(max_sweeps)] + ([] if prune else ["--_child-no-prune"])
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"n": n, "prune": prune, "error": f"timed out after {timeout} s"}
-    wall = time.perf_counter() - start
-    for line in proc.stdout.splitlines():
-        if line.startswith("CHILD_JSON "):
-            out = json.loads(line[len("CHILD_JSON "):])
-            out["subprocess_wall_seconds"] = wall
-            return out
-    return {"n": n, "prune": prune, "error": (proc.stderr or proc.stdout)[-2000:]}
+def extrapolate(rows, name):
+    """Fill the time of peer ``name`` where it was skipped by a log-log fit of its median time
+    against N over the rows where it ran (slope 3 assumed where it ran at one size only)."""
+    measured = [(r["n"], r["peers"][name]["seconds"]) for r in rows
+                if r["peers"][name]["status"] in ("measured", "capped") and r["peers"][name]["seconds"] > 0]
+    for r in rows:
+        rec = r["peers"][name]
+        if rec["status"] != "skipped" or not measured:
+            continue
+        fit = loglog_fit([m[0] for m in measured], [m[1] for m in measured])
+        if fit is None:
+            slope, (n0, s0) = 3.0, measured[0]
+            seconds = s0 * (r["n"] / n0) ** slope
+        else:
+            slope, icept = fit
+            seconds = math.exp(icept + slope * math.log(r["n"]))
+        rec.update(extrapolated=True, seconds=float(seconds), loglog_slope=float(slope),
+                   slope_assumed=fit is None, from_sizes=[m[0] for m in measured])
+
+
+def add_ratios(row):
+    """Each peer's median and minimum time, and RMSE, over fastrvm's (where both exist)."""
+    ref = row["peers"][REFERENCE]
+    for rec in row["peers"].values():
+        if "seconds" in rec:
+            rec["ratio_to_fastrvm"] = rec["seconds"] / ref["seconds"]
+        if "min_seconds" in rec:
+            rec["min_ratio_to_fastrvm"] = rec["min_seconds"] / ref["min_seconds"]
+        if "rmse" in rec and "rmse" in ref:
+            rec["rmse_ratio_to_fastrvm"] = rec["rmse"] / ref["rmse"]
+
+
+def nearest_distances(X, columns, others):
+    """For each RBF column in ``columns`` (our numbering, 0 the bias is left out), the input-space
+    distance from its centre to the nearest centre of the RBF columns in ``others`` (inf if none)."""
+    import numpy as np
+
+    a = [c - 1 for c in columns if c > 0]
+    b = [c - 1 for c in others if c > 0]
+    if not a:
+        return []
+    if not b:
+        return [math.inf] * len(a)
+    d = np.sqrt(np.sum((np.asarray(X)[a][:, None, :] - np.asarray(X)[b][None, :, :]) ** 2, axis=-1))
+    return [float(x) for x in d.min(axis=1)]
+
+
+def compare_type2(row, X):
+    """The overlap of each type-II fit's active columns with fastrvm's (and, for the columns in one
+    only, the input-space distance from each centre to the other fit's nearest centre), and L
+    (default - exact)."""
+    ref = set(row["peers"][REFERENCE]["relevance_columns"])
+    overlap = {}
+    for name in ("sequential_sbl", "sequential_sbl_exact"):
+        rec = row["peers"].get(name)
+        if rec is None or "relevance_columns" not in rec:
+            continue
+        ours = set(rec["relevance_columns"])
+        only_ours, only_ref = sorted(ours - ref), sorted(ref - ours)
+        overlap[name] = {"intersection": len(ours & ref), "symmetric_difference": sorted(ours ^ ref),
+                         "only_ours": only_ours, "only_fastrvm": only_ref, "ours": len(ours), "fastrvm": len(ref),
+                         "only_ours_nearest_fastrvm_distance": nearest_distances(X, only_ours, sorted(ref)),
+                         "only_fastrvm_nearest_ours_distance": nearest_distances(X, only_ref, sorted(ours))}
+    row["overlap_with_fastrvm"] = overlap
+    default, exact = row["peers"].get("sequential_sbl", {}), row["peers"].get("sequential_sbl_exact", {})
+    if "log_marginal_likelihood" in default and "log_marginal_likelihood" in exact:
+        gap = default["log_marginal_likelihood"] - exact["log_marginal_likelihood"]
+        row["L_default_minus_exact"] = gap
+        row["L_default_within_goal"] = bool(gap >= -L_GOAL_NATS)
+    else:
+        row["L_default_minus_exact"] = None
+        row["L_default_within_goal"] = None
 
 
 # ----------------------------------------------------------------------------------------------
 # Reporting
 # ----------------------------------------------------------------------------------------------
-def extrapolate(sizes, seconds, n):
-    """Log-log least-squares fit of time against N; returns (seconds at n, slope) or None."""
-    import numpy as np
-
-    pts = [(s, x) for s, x in zip(sizes, seconds) if x is not None and x > 0 and math.isfinite(x)]
-    if not pts:
-        return None
-    if len(pts) == 1:  # one point: assume the O(M^3) growth of a dense solve
-        return float(pts[0][1] * (n / pts[0][0]) ** 3), 3.0
-    ls = np.log([p[0] for p in pts])
-    lt = np.log([p[1] for p in pts])
-    slope, icept = np.polyfit(ls, lt, 1)
-    return float(np.exp(icept + slope * math.log(n))), float(slope)
-
-
-def fill_extrapolations(rows, peer):
-    measured = [(r["n"], r[peer]["seconds"]) for r in rows if r.get(peer) and "seconds" in r[peer]]
-    for r in rows:
-        if r.get(peer) is None:
-            ex = extrapolate([m[0] for m in measured], [m[1] for m in measured], r["n"])
-            r[peer + "_extrapolated"] = (
-                None if ex is None
-                else {"seconds": ex[0], "loglog_slope": ex[1], "from_sizes": [m[0] for m in measured],
-                      "slope_assumed": len(measured) == 1}
-            )
-
-
-def fmt(x, spec=".1f", none="-"):
+def fmt(x, spec, none="-"):
+    """``format(x, spec)``, or ``none`` for a missing or non-finite value."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return none
     return format(x, spec)
 
 
-def peer_seconds(r, peer):
-    if r.get(peer) is not None:
-        return r[peer]["seconds"], ""
-    ex = r.get(peer + "_extrapolated")
-    if ex:
-        return ex["seconds"], "*"
-    return None, ""
+def mark(rec):
+    """'*' extrapolated, '~' one capped call, '!' failed, '' measured over the rounds."""
+    return {"skipped": "*", "capped": "~", "failed": "!"}.get(rec["status"], "")
 
 
-def print_table(rows):
-    lines = []
-    head = (f"{'N':>5} {'M':>5} | {'CAVI+jit':>8} {'CAVI':>7} {'CAVIfull':>8} {'ARD':>9} {'SVI':>8} | "
-            f"{'ARD/CAVI':>8} {'SVI/CAVI':>8} | {'ELBO ours':>10} {'ELBO full':>10} {'ELBO SVI':>15} "
-            f"{'SVI<1nat@':>10} | {'RMSE ours':>9} {'full':>7} {'ARD':>7} {'SVI':>7} | "
-            f"{'rel ours':>8} {'full':>5} {'ARD':>5} {'SVI':>5} | {'sweeps':>6} {'full':>5} {'ARDit':>5} "
-            f"{'SVIsteps':>8}")
-    lines.append(head)
-    lines.append("-" * len(head))
-    for r in rows:
-        cp, cf = r["cavi_pruned"], r["cavi_full"]
-        base = cp["seconds_excl_jit"]
-        ard_s, ard_mark = peer_seconds(r, "ard")
-        svi_s, svi_mark = peer_seconds(r, "svi")
-        a, s = r.get("ard"), r.get("svi")
-        if s is not None:
-            svi_elbo = f"{s['elbo']:.2f}+-{s['elbo_se']:.2f}"
-            hit = s["first_within_1nat_of_cavi"]
-            svi_hit = f"{hit['seconds']:.1f}s" if hit else f"never/{s['seconds']:.0f}s"
+def peer_note(rec):
+    """A short note of a peer's own statistics for the table."""
+    parts = []
+    if rec["status"] == "failed":
+        return "FAILED: " + rec["error"][:200]
+    if rec["status"] == "skipped":
+        if rec.get("extrapolated"):
+            parts.append(f"skipped, extrapolated (slope {rec['loglog_slope']:.2f}"
+                         + (" assumed" if rec["slope_assumed"] else f" from N = {rec['from_sizes']}") + ")")
         else:
-            svi_elbo, svi_hit = "-", "-"
-        lines.append(
-            f"{r['n']:>5} {r['m']:>5} | {fmt(cp['seconds_incl_jit'], '.2f'):>8} {fmt(base, '.2f'):>7} "
-            f"{fmt(cf['seconds_excl_jit'], '.2f'):>8} {fmt(ard_s, '.2f') + ard_mark:>9} "
-            f"{fmt(svi_s, '.1f') + svi_mark:>8} | "
-            f"{fmt(ard_s / base if ard_s else None, '.1f') + ard_mark:>8} "
-            f"{fmt(svi_s / base if svi_s else None, '.1f') + svi_mark:>8} | "
-            f"{cp['elbo']:>10.3f} {cf['elbo']:>10.3f} {svi_elbo:>15} {svi_hit:>10} | "
-            f"{cp['rmse']:>9.4f} {cf['rmse']:>7.4f} {fmt(a and a['rmse'], '.4f'):>7} "
-            f"{fmt(s and s['rmse'], '.4f'):>7} | "
-            f"{cp['relevant']:>8} {cf['relevant']:>5} {fmt(a and a['relevant'], 'd'):>5} "
-            f"{fmt(s and s['relevant'], 'd'):>5} | {cp['num_sweeps']:>6} {cf['num_sweeps']:>5} "
-            f"{fmt(a and a['num_iterations'], 'd'):>5} {fmt(s and s['steps'], 'd'):>8}"
-        )
+            parts.append("skipped")
+        return "; ".join(parts)
+    if rec["status"] == "capped":
+        parts.append(f"capped: one call, less {rec['first_call_compile_seconds']:.1f} s compilation")
+    if "moves" in rec:
+        parts.append(f"{rec['moves']} moves, {rec['stop_reason']}")
+    if "num_sweeps" in rec:
+        parts.append(f"{rec['num_sweeps']} sweeps" + ("" if rec["converged"] else " (not converged)"))
+    if "n_iter" in rec:
+        parts.append(f"{rec['n_iter']} iterations")
+    return "; ".join(parts)
+
+
+def _distances(ds):
+    return "[" + ", ".join(f"{d:.2f}" for d in ds) + "]"
+
+
+def print_rows(rows, kind):
+    """The table: one line per size and peer, then the type-II comparison (regression) and the
+    ratios of the medians to fastrvm's. Returns the text."""
+    quality = "RMSE   /fastrvm" if kind == "regression" else "error %"
+    head = (f"{'data':>18} {'N':>5} {'M':>5} | {'peer':<21} {'median s':>9} {'min s':>9} {'first s':>8} | "
+            f"{'/fastrvm':>9} {'(min)':>8} | {quality:>16} | {'cols':>4} {'RVs':>4} | {'L / ELBO':>11} | notes")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        for name, rec in r["peers"].items():
+            m = mark(rec)
+            if kind == "regression":
+                q = (f"{fmt(rec.get('rmse'), '.4f'):>7} {fmt(rec.get('rmse_ratio_to_fastrvm'), '.2f'):>8}")
+            else:
+                q = f"{fmt(rec.get('test_error'), '.1f'):>16}"
+            bound = rec.get("log_marginal_likelihood", rec.get("elbo"))
+            lines.append(
+                f"{r['data']:>18} {r['n']:>5} {r['m']:>5} | {name:<21} {fmt(rec.get('seconds'), '.4f') + m:>9} "
+                f"{fmt(rec.get('min_seconds'), '.4f'):>9} {fmt(rec.get('first_call_seconds'), '.3f'):>8} | "
+                f"{fmt(rec.get('ratio_to_fastrvm'), '.1f') + m:>9} {fmt(rec.get('min_ratio_to_fastrvm'), '.1f'):>8} | "
+                f"{q:>16} | {fmt(rec.get('relevant'), 'd'):>4} {fmt(rec.get('relevance_vectors'), 'd'):>4} | "
+                f"{fmt(bound, '.3f'):>11} | {peer_note(rec)}")
+        for name, o in r.get("overlap_with_fastrvm", {}).items():
+            lines.append(f"{'':>31} {name} vs fastrvm: |intersection| {o['intersection']} of {o['ours']} (ours) and "
+                         f"{o['fastrvm']} (fastrvm); symmetric difference {o['symmetric_difference']} "
+                         f"(only ours {o['only_ours']}, only fastrvm {o['only_fastrvm']}); nearest other centre: "
+                         f"{_distances(o['only_ours_nearest_fastrvm_distance'])} / "
+                         f"{_distances(o['only_fastrvm_nearest_ours_distance'])}")
+        if r.get("L_default_minus_exact") is not None:
+            lines.append(f"{'':>31} L default - L exact (tol={EXACT_TOL:g}) = {r['L_default_minus_exact']:.4f} nats "
+                         f"(goal >= -{L_GOAL_NATS:g}: {'met' if r['L_default_within_goal'] else 'NOT met'})")
+    names = list(rows[0]["peers"]) if rows else []
+    lines += ["", "Median time / fastrvm's median (minimum / minimum in brackets):",
+              f"{'data':>18} {'N':>5} | " + " ".join(f"{n:>22}" for n in names)]
+    for r in rows:
+        cells = []
+        for n in names:
+            rec = r["peers"][n]
+            cells.append(f"{fmt(rec.get('ratio_to_fastrvm'), '.1f') + mark(rec)} "
+                         f"({fmt(rec.get('min_ratio_to_fastrvm'), '.1f')})")
+        lines.append(f"{r['data']:>18} {r['n']:>5} | " + " ".join(f"{c:>22}" for c in cells))
     lines += [
         "",
-        "Columns: CAVI+jit = pruned CAVI.run first call (includes jit compilation); CAVI = second call",
-        "  (persistent compilation cache warm: excludes XLA compilation); CAVIfull = un-pruned, second call;",
-        "  ARD = sklearn ARDRegression() defaults; SVI = AutoNormal+Adam training time (to convergence or budget).",
-        "  Ratios are against CAVI (pruned, excl. jit). '*' = extrapolated (log-log fit over the sizes where",
-        "  the peer ran; slope 3 assumed where it ran at one size only), not measured.",
-        "  ELBO SVI = Trace_ELBO estimate (+- standard error) at SVI's final parameters; SVI<1nat@ = SVI",
-        "  training time at which its ELBO estimate first came within 1 nat of our best (pruned or full) ELBO.",
-        "  rel: ours = res.relevant.sum(); ARD = (|coef_| > 1e-6).sum() (same as lambda_ < threshold_lambda",
-        "  unless reported otherwise in the JSON); SVI = median alpha_k < median gamma * ||phi_k||^2.",
-        "  RMSE on the 600 noiseless test points.",
-    ]
+        "Times: median (min) over the rounds after a warm call per peer and size (first s: that call, with any",
+        "  JAX compilation); peers interleaved round by round in one process. '*' skipped at this size, time",
+        "  extrapolated (log-log fit), not measured; '~' warm call above --cap: that one call less its compilation.",
+        "cols: design columns in the model (bias included where in; fastrvm's intercept always is); RVs: RBF",
+        "  columns only (fastrvm: len(relevance_)); ours from res.relevant / state.active; ARD |coef_| > 1e-6.",
+    ] + (["L / ELBO: the sweeps' ELBO."] if kind != "regression" else [
+        "L / ELBO: type-II log marginal likelihood (sequential_sbl) or the sweep's ELBO (cavi).",
+        "Overlap: columns in our numbering (0 the bias, j the RBF centred on training point j - 1); nearest other",
+        f"  centre: input distance to the other fit's nearest RBF centre (RBF exp(-{DELTA:g} d^2): 0.5 at d = "
+        f"{math.sqrt(math.log(2) / DELTA):.2f}).",
+    ])
     text = "\n".join(lines)
     print(text, flush=True)
     return text
 
 
-
 # ----------------------------------------------------------------------------------------------
 # Main
 # ----------------------------------------------------------------------------------------------
-def parse_args(argv=None):
+def _flag(name):
+    return "--skip-" + name.replace("_", "-") + "-above"
+
+
+def base_parser():
+    """The options that do not depend on the peers."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", type=int, nargs="+", default=[100, 300, 1000], help="training sizes N (M = N + 1)")
-    p.add_argument("--skip-ard-above", type=int, default=None, metavar="N",
-                   help="skip ARDRegression for sizes > N (time extrapolated)")
-    p.add_argument("--skip-svi-above", type=int, default=None, metavar="N",
-                   help="skip SVI for sizes > N (time extrapolated)")
-    p.add_argument("--svi-budget", type=float, default=600.0, metavar="SECONDS",
-                   help="SVI training time budget per size (default 600)")
-    p.add_argument("--svi-lr", type=float, default=1e-2, help="Adam step size (default 1e-2)")
-    p.add_argument("--svi-chunk", type=int, default=1000, help="SVI steps per jitted scan chunk")
-    p.add_argument("--svi-rtol", type=float, default=1e-5,
-                   help="SVI converged when the chunk-mean loss changes by less than this (relative)")
-    p.add_argument("--svi-patience", type=int, default=3, help="... on this many consecutive chunks")
-    p.add_argument("--svi-monitor-particles", type=int, default=64,
-                   help="particles of the ELBO estimate taken after every chunk")
-    p.add_argument("--svi-final-particles", type=int, default=4096, help="particles of SVI's final ELBO")
-    p.add_argument("--tol", type=float, default=1e-9, help="CAVI tolerance")
-    p.add_argument("--max-sweeps", type=int, default=20000, help="CAVI max sweeps")
-    p.add_argument("--n", dest="cavi_only", type=int, nargs="*", default=[], metavar="N",
-                   help="extra sizes for our (pruned) CAVI alone, each in a fresh subprocess "
-                        "recording peak RSS, e.g. --n 5000")
-    p.add_argument("--cavi-only-timeout", type=float, default=3600.0, help="timeout (s) of each --n subprocess")
-    p.add_argument("--quick", action="store_true", help="smoke run: N = 50, 100, tiny budgets (< 1 min)")
-    p.add_argument("--out", default=None, help="JSON output path (default bench/results/rvm_<backend>.json)")
-    p.add_argument("--_child", type=int, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--_child-no-prune", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--classification", action="store_true", help="Ripley's data instead of the sinc")
+    p.add_argument("--sizes", type=int, nargs="+", default=[100, 300, 1000, 2000, 5000],
+                   help="regression training sizes N (M = N + 1)")
+    p.add_argument("--datasets", nargs="+", default=list(CLASSIFICATION_DATA), choices=CLASSIFICATION_DATA,
+                   help="classification data sets (default both)")
+    p.add_argument("--subsample", type=int, default=0,
+                   help="classification: that many training points, evenly spaced (0: all; quick: 100)")
+    p.add_argument("--peers", nargs="+", default=None,
+                   help="run only these peers (fastrvm, the reference, is always run)")
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds after the warm call (default 3)")
+    p.add_argument("--cap", type=float, default=120.0,
+                   help="seconds: a peer whose warm call takes longer is called once only at that size (default 120)")
+    p.add_argument("--blas-threads", type=int, default=1,
+                   help="OPENBLAS_NUM_THREADS, set before numpy is imported (default 1; 0: leave it as it is)")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: N = 50, 100 and 2 rounds (ARD skipped above 50); classification: 100 Ripley "
+                        "points, 1 round")
+    p.add_argument("--out", default=None,
+                   help="JSON record (default bench/results/rvm[_classification]_<backend>[_quick].json)")
+    return p
+
+
+def parse_args(argv, peer_names, skip_above):
+    """The command line (see the module docstring), with a ``--skip-<name>-above`` option for every
+    peer but the reference (defaults: ``skip_above``, name -> N)."""
+    p = base_parser()
+    for name in peer_names:
+        if name != REFERENCE:
+            p.add_argument(_flag(name), dest=f"skip_{name}_above", type=int, default=skip_above.get(name),
+                           metavar="N", help=f"skip {name} at sizes above N, its time extrapolated (default "
+                                             f"{skip_above.get(name)})")
     args = p.parse_args(argv)
     if args.quick:
         args.sizes = [50, 100]
-        args.svi_budget = min(args.svi_budget, 2.0)
-        args.svi_chunk = min(args.svi_chunk, 500)
-        args.svi_final_particles = min(args.svi_final_particles, 512)
-        if args.skip_ard_above is None:
-            args.skip_ard_above = 50  # exercise the extrapolation path
-        if args.skip_svi_above is None:
-            args.skip_svi_above = 50  # SVI's compilation (~10 s) dominates a smoke run
+        args.datasets = ["ripley"]
+        args.subsample = args.subsample or 100
+        args.rounds = 1 if args.classification else 2
+        if "ard" in peer_names and "--skip-ard-above" not in (argv if argv is not None else sys.argv[1:]):
+            args.skip_ard_above = 50  # exercises the extrapolation
     return args
 
 
+def select(peers, wanted):
+    """The peers named in ``wanted`` (None: all), fastrvm first and always."""
+    if wanted is None:
+        return peers
+    unknown = set(wanted) - set(peers)
+    if unknown:
+        raise SystemExit(f"unknown peers {sorted(unknown)}; choose from {list(peers)}")
+    return {name: peer for name, peer in peers.items() if name == REFERENCE or name in wanted}
+
+
 def main(argv=None):
-    args = parse_args(argv)
+    pre, _ = base_parser().parse_known_args(argv)
+    if pre.blas_threads > 0:
+        if "numpy" in sys.modules and os.environ.get("OPENBLAS_NUM_THREADS") != str(pre.blas_threads):
+            print("# [warn] numpy already imported: --blas-threads has no effect", flush=True)
+        os.environ["OPENBLAS_NUM_THREADS"] = str(pre.blas_threads)
+    import importlib.metadata
+
     import ppl_sbl  # noqa: F401  (float64 on)
 
-    if args._child is not None:
-        child_cavi(args._child, not args._child_no_prune, args.tol, args.max_sweeps)
-        return
-
-    cache_dir = _enable_compilation_cache()
+    kind = "classification" if pre.classification else "regression"
+    all_peers = regression_peers() if kind == "regression" else classification_peers()
+    args = parse_args(argv, list(all_peers), SKIP_ABOVE if kind == "regression" else {})
+    peers = select(all_peers, args.peers)
+    clock = CompileClock()
     env = environment("sklearn")
-    print(f"# ppl-sbl RVM benchmark  {env['date']}  host={env['hostname']}  backend={env['jax_backend']} "
-          f"devices={env['jax_devices']}  cpus={env['cpu_count']}", flush=True)
-    print(f"# versions {env['versions']}", flush=True)
-    print(f"# sizes={args.sizes} svi_budget={args.svi_budget}s skip_ard_above={args.skip_ard_above} "
-          f"skip_svi_above={args.skip_svi_above} quick={args.quick}", flush=True)
-
-    # warm-up at a tiny size: one-off eager-op compilations are not charged to the first size
-    d, Phi, Phi_test = problem(20)
-    for prune in (True, False):
-        run_cavi(Phi, d.t_train, Phi_test, d.t_test, prune=prune, tol=args.tol, max_sweeps=args.max_sweeps,
-                 repeat=False)
-
+    env["versions"]["fastrvm"] = importlib.metadata.version("fastrvm")
     out = args.out
     if out is None:
-        suffix = env["jax_backend"] + ("_quick" if args.quick else "")
-        out = os.path.join(HERE, "results", f"rvm_{suffix}.json")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    base = {
-        "benchmark": "rvm regression, noisy sinc, RBF delta=5.55 + bias (M = N + 1), 600 noiseless test points",
-        "environment": env,
-        "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
-        "compilation_cache_dir": cache_dir,
+        stem = "rvm" + ("_classification" if args.classification else "")
+        out = os.path.join(HERE, "results", f"{stem}_{env['jax_backend']}" + ("_quick" if args.quick else "") + ".json")
+    print(f"# ppl-sbl RVM speed benchmark ({kind}) against fastrvm  {env['date']}  host={env['hostname']}  "
+          f"backend={env['jax_backend']}  cpus={env['cpu_count']}  load={env['load_average']}  "
+          f"blas threads={env['blas_threads_env']}", flush=True)
+    print(f"# versions {env['versions']}", flush=True)
+    print(f"# peers {list(peers)}  rounds={args.rounds}  cap={args.cap:g}s  "
+          + ("sizes=" + str(args.sizes) if kind == "regression" else f"data={args.datasets} subsample={args.subsample}")
+          + "  skip above: " + str({n: getattr(args, f"skip_{n}_above") for n in peers if n != REFERENCE}), flush=True)
+
+    record = {
+        "benchmark": ("rvm regression speed, noisy sinc, RBF delta=5.55 + bias column first (M = N + 1), 600 "
+                      "noiseless test points" if kind == "regression" else
+                      "rvm classification speed, Ripley, RBF delta=4.0 + bias column first (M = N + 1)"),
+        "kind": kind, "reference": REFERENCE, "peers": list(peers), "exact_tol": EXACT_TOL, "l_goal_nats": L_GOAL_NATS,
+        "environment": env, "args": vars(args), "rows": [], "partial": True,
     }
 
-    def save(extra):
-        # written after every size, so that a run cut short still leaves its record
+    def save():  # after every size, so that an interrupted run leaves what it measured
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         with open(out, "w") as fh:
-            json.dump({**base, **extra}, fh, indent=1, default=float)
+            json.dump(record, fh, indent=1, default=float)
 
-    rows = []
-    t_all = time.perf_counter()
-    for n in sorted(args.sizes):
-        d, Phi, Phi_test = problem(n)
-        row = {"n": n, "m": int(Phi.shape[1])}
-        print(f"\n== N = {n}, M = {Phi.shape[1]}", flush=True)
-        row["cavi_pruned"] = run_cavi(Phi, d.t_train, Phi_test, d.t_test, prune=True, tol=args.tol,
-                                      max_sweeps=args.max_sweeps)
-        c = row["cavi_pruned"]
-        print(f"  CAVI pruned : {c['seconds_incl_jit']:.2f}s incl. jit, {c['seconds_excl_jit']:.2f}s excl.; "
-              f"ELBO {c['elbo']:.4f}; {c['num_sweeps']} sweeps; relevant {c['relevant']}; RMSE {c['rmse']:.4f}",
-              flush=True)
-        row["cavi_full"] = run_cavi(Phi, d.t_train, Phi_test, d.t_test, prune=False, tol=args.tol,
-                                    max_sweeps=args.max_sweeps)
-        c = row["cavi_full"]
-        print(f"  CAVI full   : {c['seconds_incl_jit']:.2f}s incl. jit, {c['seconds_excl_jit']:.2f}s excl.; "
-              f"ELBO {c['elbo']:.4f}; {c['num_sweeps']} sweeps; relevant {c['relevant']}; RMSE {c['rmse']:.4f}",
-              flush=True)
-        target = max(row["cavi_pruned"]["elbo"], row["cavi_full"]["elbo"])
-
-        if args.skip_ard_above is not None and n > args.skip_ard_above:
-            row["ard"] = None
-            print("  ARD         : skipped", flush=True)
-        else:
-            row["ard"] = a = run_ard(Phi, d.t_train, Phi_test, d.t_test)
-            print(f"  ARD         : {a['seconds']:.2f}s; {a['num_iterations']} iterations; relevant {a['relevant']} "
-                  f"(lambda<thr: {a['relevant_lambda_below_threshold']}); RMSE {a['rmse']:.4f}"
-                  + (f"; warnings {a['warnings']}" if a["warnings"] else ""), flush=True)
-
-        if args.skip_svi_above is not None and n > args.skip_svi_above:
-            row["svi"] = None
-            print("  SVI         : skipped", flush=True)
-        else:
-            row["svi"] = s = run_svi(
-                Phi, d.t_train, Phi_test, d.t_test, target_elbo=target, budget=args.svi_budget, lr=args.svi_lr,
-                chunk=args.svi_chunk, rtol=args.svi_rtol, patience=args.svi_patience,
-                monitor_particles=args.svi_monitor_particles, final_particles=args.svi_final_particles,
-            )
-            hit = s["first_within_1nat_of_cavi"]
-            print(f"  SVI         : {s['seconds']:.1f}s (+{s['compile_seconds']:.1f}s compile); {s['steps']} steps; "
-                  f"converged {s['converged']}; ELBO {s['elbo']:.3f} +- {s['elbo_se']:.3f} "
-                  f"(ours {target:.3f}); within 1 nat: "
-                  f"{'at %.1fs / %d steps' % (hit['seconds'], hit['steps']) if hit else 'never'}; "
-                  f"relevant {s['relevant']}; RMSE {s['rmse']:.4f}", flush=True)
+    rows = record["rows"]
+    start_all = time.perf_counter()
+    problems = ([lambda n=n: regression_problem(n) for n in sorted(args.sizes)] if kind == "regression" else
+                [lambda name=name: classification_problem(name, args.subsample) for name in args.datasets])
+    for make in problems:
+        problem = make()
+        n = len(problem.t)
+        skip = {name for name in peers if name != REFERENCE and getattr(args, f"skip_{name}_above") is not None
+                and n > getattr(args, f"skip_{name}_above")}
+        print(f"\n== {problem.name}: N = {n}, M = {problem.Phi.shape[1]}, test {len(problem.t_test)}"
+              + (f"; skipped {sorted(skip)}" if skip else ""), flush=True)
+        row = {"data": problem.name, "n": n, "m": int(problem.Phi.shape[1]), "n_test": int(len(problem.t_test)),
+               "rounds": args.rounds,
+               "peers": time_peers(peers, problem, rounds=args.rounds, cap=args.cap, skip=skip, clock=clock)}
+        for name, rec in row["peers"].items():
+            if rec["status"] in ("measured", "capped"):
+                q = (f"RMSE {rec['rmse']:.4f}" if "rmse" in rec else f"error {rec['test_error']:.1f}%")
+                print(f"  {name:<21} {rec['seconds']:9.4f}s median, {rec['min_seconds']:.4f}s min over "
+                      f"{rec['rounds']} ({rec['status']}); first call {rec['first_call_seconds']:.3f}s; {q}; "
+                      f"{rec['relevant']} columns; {peer_note(rec)}", flush=True)
+        if kind == "regression":
+            compare_type2(row, problem.X)
         rows.append(row)
-        save({"rows": rows, "partial": True, "completed_sizes": [r["n"] for r in rows]})
-
-    fill_extrapolations(rows, "ard")
-    fill_extrapolations(rows, "svi")
-
-    cavi_only = []
-    for n in args.cavi_only:
-        print(f"\n== CAVI alone (pruned) at N = {n}, fresh subprocess", flush=True)
-        measured = measure_in_subprocess(n, True, args.tol, args.max_sweeps, args.cavi_only_timeout)
-        cavi_only.append(measured)
-        if "error" in measured:
-            print(f"  failed: {measured['error']}", flush=True)
-        else:
-            print(f"  {measured['seconds_incl_jit']:.1f}s incl. jit ({measured['subprocess_wall_seconds']:.1f}s process); "
-                  f"peak RSS {measured['peak_rss_mib']:.0f} MiB (after building Phi: {measured['rss_after_data_mib']:.0f} MiB); "
-                  f"ELBO {measured['elbo']:.3f}; {measured['num_sweeps']} sweeps; relevant {measured['relevant']}; "
-                  f"RMSE {measured['rmse']:.4f}", flush=True)
-
+        save()
+    for name in peers:
+        if name != REFERENCE:
+            extrapolate(rows, name)
+    for row in rows:
+        add_ratios(row)
     print("", flush=True)
-    table = print_table(rows)
-    total = time.perf_counter() - t_all
-    print(f"\n# total benchmark time {total:.1f}s", flush=True)
-
-    save({"rows": rows, "partial": False, "cavi_only": cavi_only, "table": table, "total_seconds": total})
-    print(f"# wrote {out}", flush=True)
+    record["table"] = print_rows(rows, kind)
+    gaps = [r["L_default_minus_exact"] for r in rows if r.get("L_default_minus_exact") is not None]
+    if gaps:
+        record["L_default_within_goal_at_every_size"] = bool(min(gaps) >= -L_GOAL_NATS)
+        print(f"\n# type-II default rule within {L_GOAL_NATS:g} nats of the tol={EXACT_TOL:g} optimum at every size "
+              f"where both ran: {record['L_default_within_goal_at_every_size']} (worst {min(gaps):.4f} nats)",
+              flush=True)
+    record["total_seconds"] = time.perf_counter() - start_all
+    record["partial"] = False
+    print(f"# total benchmark time {record['total_seconds']:.1f}s", flush=True)
+    write_record(record, out)
 
 
 if __name__ == "__main__":
