@@ -39,6 +39,7 @@ import numpyro
 import numpyro.distributions as dist
 
 from ppl_sbl import expfam
+from ppl_sbl import fast_ard
 from ppl_sbl import gaussian as G
 from ppl_sbl import likelihoods as L
 from ppl_sbl.bounds import expected_sigmoid
@@ -240,6 +241,27 @@ def _regression_predict(state: RegressionState, data: RegressionData, Phi_new):
     return mean, var + state.gamma_rate / state.gamma_shape
 
 
+def _fast_args(groups):
+    if groups is not None:
+        raise ValueError("the fast schedule fits the ARD model (one precision per coefficient); `groups` needs "
+                         "schedule='sweep'.")
+
+
+def _regression_fast(Phi, t=None, *, a0=1e-6, b0=1e-6, e0=1e-6, f0=1e-6, groups=None, tol=1e-9, max_passes=1000,
+                     progress=None):
+    """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`) with q(gamma) as the likelihood factor."""
+    _fast_args(groups)
+    if t is None:
+        raise ValueError("`t` is required to fit the model; pass the observed targets.")
+    Phi, t = check_design(Phi, t)
+    data = _rvm_data(L.prepare_gaussian(Phi, t, _scalar("e0", e0), _scalar("f0", f0), gram=False), None, a0, b0)
+    noise = fast_ard.GaussianNoise(t, float(e0), float(f0))
+    fit = fast_ard.schedule(Phi, noise, a0=float(a0), b0=float(b0), tol=tol, max_passes=max_passes, progress=progress)
+    shape, rate = fast_ard.alpha_factors(fit, float(a0))
+    state = RegressionState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(noise.e), jnp.asarray(noise.f))
+    return data, state, fit
+
+
 REGRESSION_GUIDE = ClosedFormGuide(
     prepare=_regression_prepare,
     init=_regression_init,
@@ -251,6 +273,7 @@ REGRESSION_GUIDE = ClosedFormGuide(
     relevance=_regression_relevance,
     elbo_exact=None,
     bound="none",
+    fast=_regression_fast,
 )
 
 
@@ -312,6 +335,21 @@ def _classification_predict(state: ClassificationState, data: ClassificationData
     return expected_sigmoid(mean, var)
 
 
+def _classification_fast(Phi, t=None, *, a0=1e-6, b0=1e-6, groups=None, tol=1e-9, max_passes=1000, progress=None):
+    """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`) with the JJ bound's xi as the
+    likelihood factor."""
+    _fast_args(groups)
+    if t is None:
+        raise ValueError("`t` is required to fit the model; pass the observed labels (0 or 1).")
+    Phi, t = check_design(Phi, t, binary=True)
+    data = _rvm_data(L.prepare_bernoulli(Phi, t), None, a0, b0)
+    bound = fast_ard.JaakkolaJordan(t)
+    fit = fast_ard.schedule(Phi, bound, a0=float(a0), b0=float(b0), tol=tol, max_passes=max_passes, progress=progress)
+    shape, rate = fast_ard.alpha_factors(fit, float(a0))
+    state = ClassificationState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(bound.xi))
+    return data, state, fit
+
+
 CLASSIFICATION_GUIDE = ClosedFormGuide(
     prepare=_classification_prepare,
     init=_classification_init,
@@ -323,6 +361,7 @@ CLASSIFICATION_GUIDE = ClosedFormGuide(
     relevance=_classification_relevance,
     elbo_exact=_classification_elbo_exact,
     bound="jaakkola-jordan",
+    fast=_classification_fast,
 )
 
 

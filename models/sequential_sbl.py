@@ -546,9 +546,10 @@ class _Work:
         # B = D^T D_a (M, K) where the design is a dense matrix: the change of S and Q along a
         # coefficient direction z is then B z (O(M K)) rather than two products with the design
         # (O(N M)), and an exact refresh takes D^T D_a F^T from it
-        self._Bbuf = None
+        self._Bbuf = self._Abuf = None
         if self.design.dense is not None:
             self._Bbuf = np.zeros((self.design.dense.shape[1], cap))
+            self._Abuf = np.zeros((self.design.n, cap), order="F")  # D_a, contiguous columns
             self._fill_cross()
         # D_a^T D_a, for the noise re-estimate and the exact refreshes; without ``keep_gram`` (a fit
         # at fixed noise on a sparse dictionary, where the refreshes take it from D^T D) not held
@@ -569,10 +570,21 @@ class _Work:
         self.sq_norms = None
 
     def _fill_cross(self):
-        """B = D^T D_a into its buffer (one product with the dense design)."""
+        """D_a and B = D^T D_a into their buffers (one product with the dense design)."""
         K = len(self.active)
         dense = self.design.dense
-        self._Bbuf[:, :K] = dense.T @ dense[:, self.a]
+        self._Abuf[:, :K] = dense[:, self.a]
+        self._Bbuf[:, :K] = dense.T @ self._Abuf[:, :K]
+
+    def active_product(self, z):
+        """D_a z over the samples, z of shape (K,) or (K, c)."""
+        if self._Abuf is not None:
+            return self._Abuf[:, :len(self.active)] @ z
+        if z.ndim == 1:
+            return self.design.active_matvec(self.a, z)
+        X = np.zeros((self.st.dictionary.shape[1], z.shape[1]))
+        X[self.a] = z  # the active functions are distinct
+        return self.design.matmat(X)
 
     def _fill_gram(self):
         """D_a^T D_a into the Gram buffer, from B, or D^T D where it is held, else K products."""
@@ -669,6 +681,9 @@ class _Work:
             B = np.zeros((self._Bbuf.shape[0], cap))
             B[:, :k] = self._Bbuf[:, :k]
             self._Bbuf = B
+            A = np.zeros((self._Abuf.shape[0], cap), order="F")
+            A[:, :k] = self._Abuf[:, :k]
+            self._Abuf = A
         m, a = np.zeros(cap), np.zeros(cap, dtype=np.int64)
         m[:k] = self._mbuf[:k]
         a[:k] = self._abuf[:k]
@@ -781,6 +796,7 @@ class _Work:
             self._Gbuf[:K + 1, K] = g[a]
         if self._Bbuf is not None:
             self._Bbuf[:, K] = g
+            self._Abuf[:, K] = phi
         if self.max_alignment is not None:
             self._block_aligned(i, g)
         # the new function joins (and merges) the components of the functions it shares samples with
@@ -837,6 +853,7 @@ class _Work:
                 self._Gbuf[j, j] = self._Gbuf[last, last]
             if self._Bbuf is not None:
                 self._Bbuf[:, j] = self._Bbuf[:, last]
+                self._Abuf[:, j] = self._Abuf[:, last]
             self._label[j] = self._label[last]
         self._label = self._label[:last]
         self.active.pop()
@@ -949,12 +966,7 @@ class _Work:
                 mu[:, item] = sol
                 for j in range(c):
                     factors[j].append((item, chol[j]))
-        if self.design.dense is not None:
-            resid = self.st.y[:, None] - self.design.dense[:, a] @ mu.T  # (N, c)
-        else:
-            X = np.zeros((self.st.dictionary.shape[1], c))
-            X[a] = mu.T  # the active functions are distinct
-            resid = self.st.y[:, None] - self.design.matmat(X)  # (N, c)
+        resid = self.st.y[:, None] - self.active_product(mu.T)  # (N, c)
         yCy = beta * np.einsum("nc,nc->c", resid, resid) + mu**2 @ alpha
         L = -0.5 * (N * LOG_2PI + N * np.log(noise_vars) - np.sum(np.log(alpha)) + logdet + yCy)
         if residuals:
@@ -991,7 +1003,7 @@ class _Work:
             total += float(np.sum(np.abs(self._gram_blocks(self.Sigma, idx)) * np.abs(self._gram_blocks(G, idx))))
         return np.finfo(np.float64).eps * self.beta * total
 
-    def reestimate_noise(self, max_halvings=6):
+    def reestimate_noise(self, max_halvings=6, min_log_change=0.0):
         """sigma^2 = ||y - D_a mu||^2 / (N - K + sum_k alpha_k Sigma_kk) (Tipping & Faul 2003's
         re-estimate, the zero of dL/dsigma^2 given mu and Sigma), kept only where it does not lower
         L; otherwise the largest step towards it (halving) that does not.
@@ -1002,7 +1014,8 @@ class _Work:
         and the rank-one updated mu, accurate to a few digits of y, would make the proposal noise.
         The candidates are factorised in one stacked call. No candidate is tried where the
         first-order gain of the proposal is below the rounding of L's evaluation
-        (``_logdet_rounding``)."""
+        (``_logdet_rounding``), nor where the proposal from the rank-one updated mu changes
+        ln sigma^2 by less than ``min_log_change``."""
         a = self.a
         N = self.design.n
         old = self.noise_var
@@ -1011,8 +1024,10 @@ class _Work:
         # the proposal from the rank-one updated mu is tried with the reference in one call; it is
         # kept where it agrees with the exact one to 1e-9 of the step (almost always: they part
         # only where sigma^2 is tiny)
-        resid = self.st.y - self.design.active_matvec(a, self.mu) if len(a) else self.st.y
+        resid = self.st.y - self.active_product(self.mu) if len(a) else self.st.y
         guess = float(resid @ resid) / max(dof, 1e-12)
+        if min_log_change > 0 and guess > 0 and abs(math.log(guess / old)) < min_log_change:
+            return False
         first = [old, guess] if np.isfinite(guess) and guess > 0 else [old]
         L0, chol0, resid2 = self._likelihoods(first, blocks, residuals=True)
         ref = L0[0]
@@ -1296,7 +1311,7 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=None, max_
         if failed_at is not None and work.L - failed_at <= rounding * max(1.0, abs(work.L)):
             return 0.0
         before = work.L
-        if work.reestimate_noise():
+        if work.reestimate_noise(min_log_change=LOG_NOISE_TOL if practical else 0.0):
             failed_at = None
             work.trace.append(work.L)
             work.moves.append(("noise", -1))

@@ -167,7 +167,12 @@ class DenseDictionary(_MatrixDictionary):
         return self.D[np.asarray(idx, dtype=np.int64).reshape(-1)]
 
     def weighted_sq_norms(self, weights):
-        return np.asarray(weights, dtype=np.float64) @ self.D**2
+        weights = np.asarray(weights, dtype=np.float64)
+        if np.all(weights == 1.0):
+            return np.einsum("pm,pm->m", self.D, self.D)  # no (P, M) temporary
+        rows = np.flatnonzero(weights)
+        D = self.D[rows]
+        return np.einsum("pm,pm->m", D * weights[rows, None], D)
 
     def to_dense(self):
         return self.D

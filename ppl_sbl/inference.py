@@ -68,6 +68,10 @@ class ClosedFormGuide(NamedTuple):
     extras(state, data) -> {name: array} or None
         Model-specific summaries of the fitted state, readable as attributes of the result
         (e.g. the robust RVM's ``result.outlier_score``).
+    fast(*args, tol, max_passes, progress, **kwargs) -> (data, state, fit) or None
+        The fast schedule (``CAVI(model, schedule="fast")``, :mod:`ppl_sbl.fast_ard`): the data,
+        the guide's state for the restricted family it ends in, and its
+        :class:`ppl_sbl.fast_ard.FastFit` (ELBO trace, active set, which of it the data support).
     """
 
     prepare: Callable
@@ -83,6 +87,7 @@ class ClosedFormGuide(NamedTuple):
     bound_gaps: Optional[Callable] = None
     extras: Optional[Callable] = None
     check_new: Optional[Callable] = None
+    fast: Optional[Callable] = None
 
 
 def closed_form_guide(guide):
@@ -283,6 +288,15 @@ class CAVI:
         not freeze coefficients that the fit needs later.
     progress_bar : bool or None
         Show a tqdm bar; ``None`` shows it only for fits that run longer than two seconds.
+    schedule : {"sweep", "fast"}
+        ``"sweep"``: every coefficient's factors updated at every sweep (with ``prune``, frozen
+        once their precision diverges). ``"fast"``: the fast variational schedule of the ARD
+        family (:mod:`ppl_sbl.fast_ard`; models whose guide has one): from the empty model, one
+        coefficient at a time, adds of the coefficients the data support and re-estimates of
+        their precisions to the closed-form fixed point, the likelihood's factors updated
+        between passes; ``tol`` is then the relative change of the ELBO over a pass and
+        ``max_sweeps`` limits the passes. ``prune=False`` always means the plain sweep over every
+        coefficient.
     """
 
     model: Callable
@@ -293,6 +307,7 @@ class CAVI:
     prune_threshold: float = 1e-3
     prune_after: float = 1e-4
     progress_bar: Optional[bool] = None
+    schedule: str = "sweep"
 
     def __post_init__(self):
         self.closed_form = find_guide(self.model, self.guide)
@@ -302,10 +317,17 @@ class CAVI:
             raise ValueError(f"`max_sweeps` must be >= 1; got {self.max_sweeps!r}.")
         if not (self.prune_threshold > 0):
             raise ValueError(f"`prune_threshold` must be > 0; got {self.prune_threshold!r}.")
+        if self.schedule not in ("sweep", "fast"):
+            raise ValueError(f"`schedule` must be 'sweep' or 'fast'; got {self.schedule!r}.")
 
     def run(self, *args, init_state=None, **kwargs) -> "CAVIResult":
         """Fit the guide to ``model(*args, **kwargs)`` and return a :class:`CAVIResult`."""
         g = resolve_guide(self.closed_form, args, kwargs)
+        if self.schedule == "fast" and self.prune:
+            if init_state is not None:
+                raise ValueError("`init_state` applies to schedule='sweep'; the fast schedule starts from the "
+                                 "empty model.")
+            return self._run_fast(g, args, kwargs)
         data = _strong(g.prepare(*args, **kwargs))
         state = _strong(g.init(data) if init_state is None else init_state)
         threshold = jnp.asarray(self.prune_threshold, dtype=jnp.float64)
@@ -391,6 +413,27 @@ class CAVI:
             prune_events=prune_events,
             seconds=time.perf_counter() - start,
         )
+
+    def _run_fast(self, g, args, kwargs):
+        if g.fast is None:
+            name = getattr(self.model, "__name__", repr(self.model))
+            raise ValueError(f"model {name} has no fast schedule; use schedule='sweep'.")
+        start = time.perf_counter()
+        bar = [None]
+
+        def progress(passes, moves, value, active):
+            bar[0] = self._progress(bar[0], start, passes, 1, value)
+
+        data, state, fit = g.fast(*args, tol=self.tol, max_passes=int(self.max_sweeps), progress=progress, **kwargs)
+        if bar[0] is not None:
+            bar[0].close()
+        M = fit.x.shape[0]
+        relevant = np.zeros(M, dtype=bool)
+        relevant[fit.active[fit.supported]] = True
+        return CAVIResult(model=self.model, guide_spec=g, args=args, kwargs=kwargs, data=data, state=state,
+                          elbo_trace=np.asarray(fit.elbo_trace), converged=bool(fit.converged), tol=self.tol,
+                          seconds=time.perf_counter() - start, schedule="fast", relevant_mask=relevant,
+                          num_moves=int(fit.num_moves))
 
     def _progress(self, bar, start, done, made, value):
         """Show ``done`` sweeps of ``max_sweeps`` (``made`` of them since the last call)."""
@@ -549,8 +592,12 @@ class CAVIResult:
     elbo : float
         The analytic objective at the last sweep (a lower bound on ln p(t)).
     elbo_trace : ndarray
-        The objective after every sweep.
+        The objective after every sweep (the fast schedule: at the start, after every move and
+        after every pass).
     converged, num_sweeps, state, seconds
+    schedule : "sweep" or "fast"; num_moves : the fast schedule's moves (None for sweeps)
+    relevant_mask : the fast schedule's relevant set (None for sweeps: ``relevant`` applies its
+        rule)
     prune_events : list of (sweep, number of active coefficients after pruning at that sweep),
         for the prunes that were kept
 
@@ -570,6 +617,9 @@ class CAVIResult:
     prune_events: list = dataclasses.field(default_factory=list)
     seconds: float = float("nan")
     relevance_ratio: float = 1.0
+    schedule: str = "sweep"
+    relevant_mask: Optional[np.ndarray] = None
+    num_moves: Optional[int] = None
 
     @property
     def elbo(self) -> float:
@@ -577,6 +627,7 @@ class CAVIResult:
 
     @property
     def num_sweeps(self) -> int:
+        """Sweeps made (the fast schedule: entries of its trace, one per move and per pass)."""
         return int(len(self.elbo_trace))
 
     @property
@@ -626,8 +677,18 @@ class CAVIResult:
         Gaussian noise, 2 sum_n lambda(xi_n) phi_nk^2 with the JJ bound), i.e. when the data say
         more about w_k than the prior does. Rescaling a column of Phi or the targets leaves the
         mask unchanged. Pruned coefficients are never relevant.
+
+        The fast schedule's results: the coefficients in the model that the data support
+        (q_k^2 > s_k, :mod:`ppl_sbl.fast_ard`).
         """
+        if self.relevant_mask is not None:
+            return np.asarray(self.relevant_mask)
         return self.precision_ratio < self.relevance_ratio
+
+    @property
+    def relevance_indices(self) -> np.ndarray:
+        """The indices of the relevant basis functions (``relevant``), ascending."""
+        return np.flatnonzero(self.relevant)
 
     @property
     def guide(self) -> Callable:
@@ -672,6 +733,7 @@ class CAVIResult:
         extra = f", elbo_exact={self.elbo_exact:.4f}" if self.guide_spec.elbo_exact is not None else ""
         name = getattr(self.model, "__module__", "") + "." + getattr(self.model, "__name__", "model")
         return (
-            f"CAVIResult({name}: elbo={self.elbo:.4f}{extra}, sweeps={self.num_sweeps}, "
-            f"converged={self.converged}, relevant={n_rel}/{self.precision_ratio.shape[0]}, bound={self.bound})"
+            f"CAVIResult({name}: elbo={self.elbo:.4f}{extra}, "
+            + (f"moves={self.num_moves}, " if self.schedule == "fast" else f"sweeps={self.num_sweeps}, ")
+            + f"converged={self.converged}, relevant={n_rel}/{self.precision_ratio.shape[0]}, bound={self.bound})"
         )

@@ -54,7 +54,7 @@ class GaussianLikelihood(NamedTuple):
 
     Phi (N, M); t (N,); gram = Phi^T Phi (M, M), or None when ``gram_factor`` holds it;
     gram_factor (M, r) with gram_factor gram_factor^T = gram when Phi has numerical rank
-    r <= M/3 (else None): each q(w) update then costs O(M^2 r) instead of O(M^3), exact to
+    r <= M/3 (else None; both None: formed over the active slots where needed): each q(w) update then costs O(M^2 r) instead of O(M^3), exact to
     rounding (``ppl_sbl.gaussian.design_low_rank_factor``, which never forms the Gram matrix);
     phi_t = Phi^T t (M,); col_sq = ||phi_k||^2 (M,); e0, f0 the Gamma prior of gamma.
     """
@@ -69,10 +69,12 @@ class GaussianLikelihood(NamedTuple):
     f0: jax.Array
 
 
-def prepare_gaussian(Phi, t, e0, f0) -> GaussianLikelihood:
-    """From validated NumPy ``Phi`` and ``t`` and scalar hyperparameters."""
-    factor = G.design_low_rank_factor(Phi)
-    gram = Phi.T @ Phi if factor is None else None  # the factor replaces it
+def prepare_gaussian(Phi, t, e0, f0, gram=True) -> GaussianLikelihood:
+    """From validated NumPy ``Phi`` and ``t`` and scalar hyperparameters. ``gram=False``: neither
+    the Gram matrix nor its factor (for a q(w) whose active set is small: the functions below then
+    form Phi_A^T Phi_A over its slots, O(N B^2))."""
+    factor = G.design_low_rank_factor(Phi) if gram else None
+    gram = Phi.T @ Phi if gram and factor is None else None  # the factor replaces it
     Phi, t = jnp.asarray(Phi), jnp.asarray(t)
     return GaussianLikelihood(
         Phi=Phi,
@@ -101,18 +103,26 @@ def gaussian_update_w(q: G.ActiveGaussian, prior_precision, gamma_shape, gamma_r
     return G.update_active_gaussian(
         q,
         prior_precision,
-        lambda: e_gamma * G.gather_gram(lik.gram, idx),
+        lambda: e_gamma * _active_gram(q, lik),
         e_gamma * jnp.take(lik.phi_t, idx, mode="fill", fill_value=0.0),
         e_gamma * lik.col_sq,
         data_factor=factor,
     )
 
 
+def _active_gram(q: G.ActiveGaussian, lik: GaussianLikelihood):
+    """Phi_A^T Phi_A on the slots of q (zero rows and columns for padding)."""
+    if lik.gram is None:
+        phi_a = G.gather_columns(lik.Phi, q.index)
+        return phi_a.T @ phi_a
+    return G.gather_gram(lik.gram, q.index)
+
+
 def expected_square_error(q: G.ActiveGaussian, lik: GaussianLikelihood):
     """E||t - Phi w||^2 = ||t - Phi mu||^2 + tr(Phi^T Phi Sigma) (+ pruned variances)."""
     residual = lik.t - lik.Phi @ q.mean
     if lik.gram_factor is None:
-        trace = jnp.sum(G.gather_gram(lik.gram, q.index) * G.dense_covariance(q))
+        trace = jnp.sum(_active_gram(q, lik) * G.dense_covariance(q))
     else:  # tr(F F^T Sigma) = tr(F^T Sigma F), O(B r^2)
         rows = jnp.take(lik.gram_factor, q.index, axis=0, mode="fill", fill_value=0.0)
         trace = jnp.sum(rows * G.covariance_matmul(q, rows))
