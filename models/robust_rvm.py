@@ -66,6 +66,7 @@ import numpyro
 import numpyro.distributions as dist
 
 from ppl_sbl import expfam
+from ppl_sbl import fast_ard
 from ppl_sbl import gaussian as G
 from ppl_sbl import likelihoods as L
 from ppl_sbl.bounds import expected_sigmoid
@@ -235,6 +236,20 @@ def _extras(state, data):
     return {"outlier_score": _omega_mean(state)}
 
 
+def _classification_fast(Phi, t=None, *, a=1e-5, b=1e-5, c=DEFAULT_R, d=DEFAULT_R, tol=1e-9, max_passes=1000,
+                         progress=None):
+    """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`) with the weighted JJ bound, q(omega)
+    and xi as the likelihood factor."""
+    data = _classification_prepare(Phi, t, a=a, b=b, c=c, d=d)
+    factor = fast_ard.RobustJaakkolaJordan(np.asarray(data.t), float(c), float(d))
+    fit = fast_ard.schedule(np.asarray(data.Phi), factor, a0=float(a), b0=float(b), tol=tol, max_passes=max_passes,
+                            progress=progress)
+    shape, rate = fast_ard.alpha_factors(fit, float(a))
+    state = ClassificationState(fast_ard.active_gaussian(fit), shape, rate, jnp.full(len(factor.t), data.c),
+                                jnp.asarray(factor.omega_rate), jnp.asarray(factor.xi))
+    return data, state, fit
+
+
 CLASSIFICATION_GUIDE = ClosedFormGuide(
     prepare=_classification_prepare,
     init=_classification_init,
@@ -247,6 +262,7 @@ CLASSIFICATION_GUIDE = ClosedFormGuide(
     elbo_exact=_classification_elbo_exact,
     bound="jaakkola-jordan",
     extras=_extras,
+    fast=_classification_fast,
 )
 
 
@@ -340,6 +356,20 @@ def _regression_predict(state: RegressionState, data: RobustData, Phi_new):
     return mean, var + e_inv_gamma * e_inv_omega
 
 
+def _regression_fast(Phi, t=None, *, a=1e-6, b=1e-6, c=2.0, d=2.0, e0=1e-6, f0=1e-6, tol=1e-9, max_passes=1000,
+                     progress=None):
+    """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`) with q(gamma) and q(omega) as the
+    likelihood factor."""
+    data = _regression_prepare(Phi, t, a=a, b=b, c=c, d=d, e0=e0, f0=f0)
+    factor = fast_ard.RobustGaussianNoise(np.asarray(data.t), float(c), float(d), float(e0), float(f0))
+    fit = fast_ard.schedule(np.asarray(data.Phi), factor, a0=float(a), b0=float(b), tol=tol, max_passes=max_passes,
+                            progress=progress)
+    shape, rate = fast_ard.alpha_factors(fit, float(a))
+    state = RegressionState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(factor.omega_shape),
+                            jnp.asarray(factor.omega_rate), jnp.asarray(factor.e), jnp.asarray(factor.f))
+    return data, state, fit
+
+
 REGRESSION_GUIDE = ClosedFormGuide(
     prepare=_regression_prepare,
     init=_regression_init,
@@ -352,6 +382,7 @@ REGRESSION_GUIDE = ClosedFormGuide(
     elbo_exact=None,
     bound="none",
     extras=_extras,
+    fast=_regression_fast,
 )
 
 

@@ -18,7 +18,7 @@ __all__ = ["RVR", "RVC", "GPLVMClassifier", "SuperSparseClassifier", "SuperSpars
 
 
 class _RVMBase:
-    _param_names = ("kernel", "delta", "bias", "a0", "b0", "tol", "max_sweeps", "prune", "progress_bar")
+    _param_names = ("kernel", "delta", "bias", "a0", "b0", "tol", "max_sweeps", "prune", "progress_bar", "schedule")
 
     def get_params(self, deep=True):
         return {name: getattr(self, name) for name in self._param_names}
@@ -54,7 +54,8 @@ class _RVMBase:
             raise ValueError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first.")
 
     def _cavi(self, model):
-        return CAVI(model, tol=self.tol, max_sweeps=self.max_sweeps, prune=self.prune, progress_bar=self.progress_bar)
+        return CAVI(model, tol=self.tol, max_sweeps=self.max_sweeps, prune=self.prune, progress_bar=self.progress_bar,
+                    schedule=self.schedule)
 
     @property
     def relevant_(self):
@@ -63,11 +64,19 @@ class _RVMBase:
         return self.result_.relevant
 
     @property
-    def relevance_vectors_(self):
-        """Training inputs whose RBF is relevant (kernel='rbf')."""
+    def relevance_(self):
+        """Indices of the training points whose RBF is relevant (kernel='rbf'), ascending."""
         self._check_fitted()
+        if self.kernel != "rbf":
+            raise AttributeError("relevance_ applies to kernel='rbf' (one basis function per training point).")
         mask = self.result_.relevant[1:] if self.bias else self.result_.relevant
-        return self.X_fit_[mask] if self.kernel == "rbf" else None
+        return np.flatnonzero(mask)
+
+    @property
+    def relevance_vectors_(self):
+        """The training inputs whose RBF is relevant (kernel='rbf'): ``X[relevance_]``."""
+        self._check_fitted()
+        return self.X_fit_[self.relevance_] if self.kernel == "rbf" else None
 
 
 class RVR(_RVMBase):
@@ -79,16 +88,23 @@ class RVR(_RVMBase):
     delta : RBF inverse squared width, exp(-delta ||x - x'||^2)
     bias : add a constant basis function
     a0, b0, e0, f0 : Gamma(shape, rate) hyperpriors of the precisions and of the noise precision
-    tol, max_sweeps, prune, progress_bar : passed to :class:`ppl_sbl.CAVI`
+    tol, max_sweeps, prune, progress_bar, schedule : passed to :class:`ppl_sbl.CAVI` (``schedule``
+        "fast", the default: the fast variational schedule of :mod:`ppl_sbl.fast_ard`; "sweep":
+        the plain sweep)
+
+    After ``fit``: ``result_`` (the :class:`ppl_sbl.CAVIResult`), ``relevant_`` (mask over the
+    basis functions), ``relevance_`` (indices of the relevant training points) and
+    ``relevance_vectors_`` (those points).
     """
 
     _param_names = _RVMBase._param_names + ("e0", "f0")
 
     def __init__(self, kernel="rbf", delta=1.0, bias=True, a0=1e-6, b0=1e-6, e0=1e-6, f0=1e-6,
-                 tol=1e-9, max_sweeps=20000, prune=True, progress_bar=None):
+                 tol=1e-9, max_sweeps=20000, prune=True, progress_bar=None, schedule="fast"):
         self.kernel, self.delta, self.bias = kernel, delta, bias
         self.a0, self.b0, self.e0, self.f0 = a0, b0, e0, f0
         self.tol, self.max_sweeps, self.prune, self.progress_bar = tol, max_sweeps, prune, progress_bar
+        self.schedule = schedule
 
     def fit(self, X, y):
         from .models import rvm
@@ -115,14 +131,16 @@ class RVR(_RVMBase):
 class RVC(_RVMBase):
     """Relevance vector classification with the Jaakkola-Jordan bound; any two class labels.
 
-    ``classes_[1]`` is the positive class (t = 1 in the model).
+    ``classes_[1]`` is the positive class (t = 1 in the model). Parameters and fitted attributes
+    as :class:`RVR` (no noise prior).
     """
 
     def __init__(self, kernel="rbf", delta=1.0, bias=True, a0=1e-6, b0=1e-6,
-                 tol=1e-9, max_sweeps=20000, prune=True, progress_bar=None):
+                 tol=1e-9, max_sweeps=20000, prune=True, progress_bar=None, schedule="fast"):
         self.kernel, self.delta, self.bias = kernel, delta, bias
         self.a0, self.b0 = a0, b0
         self.tol, self.max_sweeps, self.prune, self.progress_bar = tol, max_sweeps, prune, progress_bar
+        self.schedule = schedule
 
     def fit(self, X, y):
         from .models import rvm

@@ -110,6 +110,8 @@ __all__ = [
     "schedule",
     "GaussianNoise",
     "JaakkolaJordan",
+    "RobustJaakkolaJordan",
+    "RobustGaussianNoise",
     "active_gaussian",
     "alpha_factors",
     "ADD",
@@ -210,26 +212,33 @@ def _excess(q, s):
     return (aq - root) * (aq + root) / s
 
 
-def _companion_roots(c3, c2, c1, c0):
-    """Roots of c3 u^3 + c2 u^2 + c1 u + c0 (c3 != 0), (n, 3) complex, by companion eigenvalues."""
-    n = c3.shape[0]
-    comp = np.zeros((n, 3, 3))
-    comp[:, 0, 0] = -c2 / c3
-    comp[:, 0, 1] = -c1 / c3
-    comp[:, 0, 2] = -c0 / c3
-    comp[:, 1, 0] = 1.0
-    comp[:, 2, 1] = 1.0
-    return np.linalg.eigvals(comp)
+def _cubic_roots(c3, c2, c1, c0):
+    """Roots of c3 u^3 + c2 u^2 + c1 u + c0 (c3 != 0), (n, 3) complex, by Cardano's formula on the
+    depressed cubic (the three complex cube roots; the Newton steps of :func:`_cubic_candidates`
+    polish them)."""
+    p2, p1, p0 = c2 / c3, c1 / c3, c0 / c3
+    P = p1 - p2 * p2 / 3.0
+    Q = (2.0 * p2 * p2 * p2 / 27.0 - p2 * p1 / 3.0) + p0
+    root = np.sqrt((Q * Q / 4.0 + P * P * P / 27.0).astype(complex))
+    # the cube root of the larger of -Q/2 +- sqrt: no cancellation, and zero only where P = Q = 0
+    inner = np.where(np.real(np.conj(root) * -Q) >= 0, -Q / 2.0 + root, -Q / 2.0 - root)
+    C = inner ** (1.0 / 3.0)
+    turns = np.exp(2j * np.pi * np.arange(3) / 3.0)
+    Ck = C[:, None] * turns[None, :]
+    safe = np.where(Ck == 0, 1.0, Ck)
+    t = np.where(Ck == 0, 0.0, Ck - P[:, None] / (3.0 * safe))
+    return t - p2[:, None] / 3.0
 
 
 def _cubic_candidates(c3, c2, c1, c0):
-    """Positive real candidates for the roots of (4), (n, 6): the real parts of the eigenvalues of
-    the companion matrices of the cubic and of its reversal (accurate for the large and for the
-    small roots respectively), each polished by safeguarded Newton steps; NaN where none."""
+    """Positive real candidates for the roots of (4), (n, 6): the real parts of the roots of the
+    cubic and of its reversal (accurate for the large and for the small roots respectively), each
+    polished by safeguarded Newton steps until none moves; NaN where none."""
+    n = c3.shape[0]
     with np.errstate(all="ignore"):
-        forward = _companion_roots(c3, c2, c1, c0)
-        backward = 1.0 / _companion_roots(c0, c1, c2, c3)  # c0 = -(2 a0 + 1) != 0
-        u = np.concatenate([forward.real, backward.real], axis=1)
+        roots = _cubic_roots(np.concatenate([c3, c0]), np.concatenate([c2, c1]), np.concatenate([c1, c2]),
+                                 np.concatenate([c0, c3])).real  # c0 = -(2 a0 + 1) != 0
+        u = np.concatenate([roots[:n], 1.0 / roots[n:]], axis=1)
         u = np.where(np.isfinite(u) & (u > 0), u, np.nan)
         C3, C2, C1, C0 = (c[:, None] for c in (c3, c2, c1, c0))
 
@@ -242,6 +251,8 @@ def _cubic_candidates(c3, c2, c1, c0):
             trial = u - poly(u) / slope
             trial_value = np.abs(poly(trial))
             accept = np.isfinite(trial) & (trial > 0) & (trial_value <= value)
+            if not np.any(accept & (np.abs(trial - u) > 4e-16 * np.abs(u))):
+                break  # converged to rounding
             u = np.where(accept, trial, u)
             value = np.where(accept, trial_value, value)
     return u
@@ -251,8 +262,8 @@ def in_model_optimum(s, q, a0, b0):
     """The global maximiser of f_in (eq. (1)) over x > 0, and f_in there.
 
     The candidates are the positive roots of the cubic (4) in u = x/s (scaled so that its
-    coefficients are O(1) in the data), found as companion-matrix eigenvalues of the cubic and
-    of its reversal and polished by Newton steps; f_in is evaluated at each and the largest kept.
+    coefficients are O(1) in the data), found by Cardano's formula for the cubic and for its
+    reversal and polished by Newton steps; f_in is evaluated at each and the largest kept.
     With a0 = b0 = 0 the maximiser is Tipping & Faul's s^2 / (q^2 - s) where q^2 > s, else
     x = inf (f_in -> 0).
 
@@ -934,3 +945,73 @@ def alpha_factors(fit: FastFit, a0):
 
     shape = np.full(fit.x.shape[0], a0 + 0.5)
     return jnp.asarray(shape), jnp.asarray(shape / fit.x)
+
+
+class RobustJaakkolaJordan(JaakkolaJordan):
+    """The robust RVM's classification likelihood (Hwang & Jeong 2015) as the schedule's factor:
+    the JJ bound with each point's term weighted by E[omega_n], q(omega_n) = Gamma(c, d~_n);
+    update in the paper's order: d~_n = d - E_q(w)[ln h(w, xi_n)] (14)-(15) at the current xi,
+    then xi (16). Starts at q(omega_n) = Gamma(c, d), xi = 0."""
+
+    def __init__(self, t, c, d):
+        super().__init__(t)
+        self.c, self.d = c, d
+        self.omega_rate = np.full_like(t, d)
+
+    def _omega(self):
+        return self.c / self.omega_rate
+
+    def weights(self):
+        self.omega = self._omega()
+        return super().weights()
+
+    def update(self, moments):
+        self.omega_rate = self.d - self.pointwise(moments)
+        super().update(moments)
+
+    def elbo_terms(self, moments):
+        shape = np.full_like(self.omega_rate, self.c)
+        return float(np.sum(self._omega() * self.pointwise(moments))
+                     + _gamma_prior_and_entropy(shape, self.omega_rate, self.c, self.d))
+
+
+class RobustGaussianNoise:
+    """The robust RVM's regression likelihood, t_n ~ N(phi_n^T w, 1/(gamma omega_n)), as the
+    schedule's factor: W_n = E[gamma] E[omega_n], r_n = W_n t_n; update in the model's order,
+    q(gamma): e = e0 + N/2, f = f0 + sum_n E[omega_n] E[r_n^2] / 2, then q(omega_n):
+    c~ = c + 1/2, d~_n = d + E[gamma] E[r_n^2] / 2. Starts at E[gamma] = 10 / var(t) (as
+    :class:`GaussianNoise`) and q(omega_n) = Gamma(c, d)."""
+
+    uniform = False
+
+    def __init__(self, t, c, d, e0, f0):
+        self.t, self.c, self.d, self.e0, self.f0 = t, c, d, e0, f0
+        N = t.shape[0]
+        spread = float(np.var(t)) if np.var(t) > 0 else float(np.mean(t * t)) or 1.0
+        self.e = e0 + 0.5 * N
+        self.f = f0 + 0.5 * N * _NOISE_SHARE * spread
+        self.omega_shape = np.full(N, c)
+        self.omega_rate = np.full(N, d)
+
+    def weights(self):
+        W = (self.e / self.f) * self.omega_shape / self.omega_rate
+        return W, W * self.t
+
+    def _square_errors(self, moments):
+        return (self.t - moments.mean) ** 2 + moments.var
+
+    def update(self, moments):
+        sq = self._square_errors(moments)
+        self.e = self.e0 + 0.5 * self.t.shape[0]
+        self.f = self.f0 + 0.5 * float(np.sum(self.omega_shape / self.omega_rate * sq))
+        self.omega_shape = np.full_like(sq, self.c + 0.5)
+        self.omega_rate = self.d + 0.5 * (self.e / self.f) * sq
+
+    def elbo_terms(self, moments):
+        e_gamma, e_log_gamma = self.e / self.f, digamma(self.e) - math.log(self.f)
+        e_omega = self.omega_shape / self.omega_rate
+        e_log_omega = digamma(self.omega_shape) - np.log(self.omega_rate)
+        log_lik = 0.5 * np.sum(e_log_gamma + e_log_omega - LOG_2PI) - 0.5 * e_gamma * np.sum(
+            e_omega * self._square_errors(moments))
+        return float(log_lik + _gamma_prior_and_entropy(np.asarray([self.e]), np.asarray([self.f]), self.e0, self.f0)
+                     + _gamma_prior_and_entropy(self.omega_shape, self.omega_rate, self.c, self.d))

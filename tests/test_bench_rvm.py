@@ -19,12 +19,15 @@ REGRESSION_FIELDS = {
     "fastrvm": {"rmse", "coef", "coef_columns", "n_iter", "beta", "fit_status"},
     "sequential_sbl": {"rmse", "coef", "coef_columns", "log_marginal_likelihood", "moves", "stop_reason"},
     "sequential_sbl_exact": {"rmse", "coef", "coef_columns", "log_marginal_likelihood", "moves", "stop_reason"},
+    "cavi_fast": {"rmse", "elbo", "num_sweeps"},
     "cavi": {"rmse", "elbo", "num_sweeps"},
     "ard": {"rmse", "n_iter"},
 }
 CLASSIFICATION_FIELDS = {
     "fastrvm": {"test_error", "coef", "coef_columns", "n_iter"},
+    "cavi_fast": {"test_error", "elbo", "num_sweeps"},
     "cavi": {"test_error", "elbo", "num_sweeps"},
+    "cavi_robust_fast": {"test_error", "elbo", "num_sweeps"},
     "cavi_robust": {"test_error", "elbo", "num_sweeps"},
 }
 
@@ -118,6 +121,15 @@ def test_rvm_bench_quick_classification(tmp_path):
         if rec["status"] == "capped":
             assert rec["rounds"] == 1 and rec["seconds"] == max(
                 rec["first_call_seconds"] - rec["first_call_compile_seconds"], 0.0)
+
+    # the goals restate the recorded values against the thresholds
+    g, peer = r["goals"], r["peers"]
+    for fast, sweep in (("cavi_fast", "cavi"), ("cavi_robust_fast", "cavi_robust")):
+        prefix = "" if fast == "cavi_fast" else "robust_"
+        gap = g[prefix + "fast_error_minus_sweep_points"]
+        assert gap["value"] == peer[fast]["test_error"] - peer[sweep]["test_error"]
+        assert gap["met"] == (gap["value"] <= 0.5)
+        assert g[prefix + "fast_seconds"] == {"value": peer[fast]["seconds"], "met": peer[fast]["seconds"] < 0.5}
 
     problem = bench.classification_problem("ripley", 100)
     assert problem.t.mean() == 0.5  # the evenly spaced subsample keeps both classes

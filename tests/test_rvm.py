@@ -373,6 +373,15 @@ def test_rvr_rmse_on_sinc_at_most_sklearn_ard():
     rmse_ard = np.sqrt(np.mean((ard.predict(Phi_test) - d.t_test) ** 2))
     assert rmse <= rmse_ard, (rmse, rmse_ard)
     assert 0 < ours.relevant_.sum() < 30
+    # the fast schedule by default; relevance_ indexes the training points, bias column excluded
+    assert ours.result_.schedule == "fast"
+    np.testing.assert_array_equal(ours.relevance_, np.flatnonzero(ours.result_.relevant[1:]))
+    np.testing.assert_array_equal(ours.relevance_vectors_, d.X_train[ours.relevance_])
+    assert 2 <= len(ours.relevance_) <= 12
+    sweep = ppl_sbl.RVR(delta=5.55, progress_bar=False, schedule="sweep").fit(d.X_train, d.t_train)
+    assert sweep.result_.schedule == "sweep"
+    gap = np.sqrt(np.mean((ours.predict(d.X_test) - sweep.predict(d.X_test)) ** 2))
+    assert gap < 0.5 * rmse  # two fits of one model agree far better than either fits the truth
 
 
 def test_rvc_on_ripley_any_labels_and_probabilities():
