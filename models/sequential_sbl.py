@@ -18,7 +18,8 @@ the sparsity and quality factors S_m = d_m^T C^-1 d_m and Q_m = d_m^T C^-1 y (an
 S_m / (alpha_m - S_m), q_m = alpha_m Q_m / (alpha_m - S_m) for active m; s = S, q = Q otherwise)
 the best alpha_m given the rest is s_m^2 / (q_m^2 - s_m) where q_m^2 > s_m, and inf otherwise.
 Each step makes the single move (add m, re-estimate alpha_m, or delete m) with the largest
-exact gain in L; Sigma, mu, S and Q follow by rank-one updates (T&F 2003, appendix), never by
+exact gain in L (by default among the moves Tipping's SparseBayes counts as significant, and
+until none is left; with ``tol``, among all of them until none gains more than tol |L|); Sigma, mu, S and Q follow by rank-one updates (T&F 2003, appendix), never by
 refactorising C (a K x K refactorisation every few hundred moves and before stopping keeps them
 exact on ill-conditioned dictionaries). :func:`add_sample` takes a new sample (section 3 and the appendix of Faul &
 Pilikos), :func:`add_basis` new candidate functions, :func:`expected_delta_L` the expected change

@@ -415,13 +415,20 @@ def sinc100():
     Phi_test = basis.rbf(data.X_test, data.X_train, delta=5.55, bias=True)
     sweep = ppl_sbl.CAVI(rvm.regression, prune=False, progress_bar=False).run(Phi, data.t_train)
     fast = ppl_sbl.CAVI(rvm.regression, schedule="fast", progress_bar=False).run(Phi, data.t_train)
-    return dict(Phi=Phi, t=data.t_train, Phi_test=Phi_test, sweep=sweep, fast=fast, t_test=data.t_test)
+    return dict(Phi=Phi, t=data.t_train, Phi_test=Phi_test, sweep=sweep, fast=fast, t_test=data.t_test,
+                X=data.X_train[:, 0])
 
 
 def test_fast_fit_is_sparse_and_predicts_like_the_plain_sweep(sinc100):
     d = sinc100
     fast, sweep = d["fast"], d["sweep"]
     assert 3 <= len(fast.relevance_indices) <= 12
+    # the same relevance vectors up to a neighbouring centre: each of the sweep's has one of the
+    # fast fit's within the RBF's half-height distance sqrt(ln 2 / delta) = 0.35
+    x = d["X"]
+    ours, theirs = (x[r.relevance_indices[r.relevance_indices > 0] - 1] for r in (fast, sweep))
+    assert np.all(np.min(np.abs(theirs[:, None] - ours[None, :]), axis=1) < np.sqrt(np.log(2) / 5.55))
+    assert len(ours) <= len(theirs) + 2
     mean_fast, var_fast = fast.predict(d["Phi_test"])
     mean_sweep, var_sweep = sweep.predict(d["Phi_test"])
     # two fits of one model: their predictive means differ by far less than the noise level
