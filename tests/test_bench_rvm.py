@@ -19,6 +19,7 @@ REGRESSION_FIELDS = {
     "fastrvm": {"rmse", "coef", "coef_columns", "n_iter", "beta", "fit_status"},
     "sequential_sbl": {"rmse", "coef", "coef_columns", "log_marginal_likelihood", "moves", "stop_reason"},
     "sequential_sbl_exact": {"rmse", "coef", "coef_columns", "log_marginal_likelihood", "moves", "stop_reason"},
+    "sequential_sbl_exact_guarded": {"rmse", "coef", "coef_columns", "log_marginal_likelihood", "moves", "stop_reason"},
     "cavi_fast": {"rmse", "elbo", "num_sweeps"},
     "cavi": {"rmse", "elbo", "num_sweeps"},
     "ard": {"rmse", "n_iter"},
@@ -77,22 +78,26 @@ def test_rvm_bench_quick_regression(tmp_path):
 
         # predictions recomputed from the recorded columns and coefficients (our numbering)
         problem = bench.regression_problem(r["n"])
-        for name in ("fastrvm", "sequential_sbl", "sequential_sbl_exact"):
+        for name in ("fastrvm", "sequential_sbl", "sequential_sbl_exact", "sequential_sbl_exact_guarded"):
             rec = r["peers"][name]
             pred = problem.Phi_test[:, rec["coef_columns"]] @ np.asarray(rec["coef"])
             assert rec["rmse"] == pytest.approx(float(np.sqrt(np.mean((pred - problem.t_test) ** 2))), rel=1e-12)
 
         # the overlap of the type-II fits with fastrvm's columns
         theirs = set(ref["relevance_columns"])
-        for name in ("sequential_sbl", "sequential_sbl_exact"):
+        for name in ("sequential_sbl", "sequential_sbl_exact", "sequential_sbl_exact_guarded"):
             o, ours = r["overlap_with_fastrvm"][name], set(r["peers"][name]["relevance_columns"])
             assert o["intersection"] == len(ours & theirs) and o["symmetric_difference"] == sorted(ours ^ theirs)
             assert o["only_ours"] == sorted(ours - theirs) and o["only_fastrvm"] == sorted(theirs - ours)
             assert len(o["only_ours_nearest_fastrvm_distance"]) == sum(c > 0 for c in o["only_ours"])
-        gap = r["peers"]["sequential_sbl"]["log_marginal_likelihood"] - r["peers"]["sequential_sbl_exact"][
-            "log_marginal_likelihood"]
-        assert r["L_default_minus_exact"] == gap and r["L_default_within_goal"] == (gap >= -record["l_goal_nats"])
-    assert record["L_default_within_goal_at_every_size"] == all(r["L_default_within_goal"] for r in rows)
+        for suffix in ("", "_guarded"):
+            gap = r["peers"]["sequential_sbl"]["log_marginal_likelihood"] - r["peers"][
+                "sequential_sbl_exact" + suffix]["log_marginal_likelihood"]
+            assert r["L_default_minus_exact" + suffix] == gap
+            assert r["L_default_within_goal" + suffix] == (gap >= -record["l_goal_nats"])
+    for suffix in ("", "_guarded"):
+        assert record["L_default_within_goal_at_every_size" + suffix] == all(
+            r["L_default_within_goal" + suffix] for r in rows)
 
     # ARD skipped above 50 in quick mode: its time at 100 extrapolated from N = 50 with slope 3 assumed
     first, skipped = rows[0]["peers"]["ard"], rows[1]["peers"]["ard"]
