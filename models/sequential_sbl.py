@@ -395,8 +395,6 @@ class _Design:
 
     def active_matvec(self, active, z):
         """D_a z over the samples for coefficients z of the functions ``active``."""
-        if self.prefer_sparse and self.dense is not None:
-            return self.dense[:, np.asarray(active, dtype=np.int64)] @ z
         x = np.zeros(self.dictionary.shape[1])
         np.add.at(x, active, z)
         return self.matvec(x)

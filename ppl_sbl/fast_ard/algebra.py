@@ -1,0 +1,275 @@
+"""One coefficient of the ARD family: its collapsed ELBO in the model and frozen, (1) and (2) of
+:mod:`ppl_sbl.fast_ard`, their maximisers (the cubic (4) and the quadratic (5)), and the Gamma
+terms of the restricted-family ELBO, in NumPy (the schedule runs on the host)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import digamma, gammaln
+
+__all__ = ["in_model_value", "frozen_value", "in_model_optimum", "frozen_optimum"]
+
+LOG_2PI = math.log(2.0 * math.pi)
+_NEWTON_STEPS = 6
+
+
+def _hyper(a0, b0):
+    """Validated (a0, b0): both > 0, or both 0 (Tipping & Faul's limit)."""
+    a0, b0 = float(a0), float(b0)
+    if not (math.isfinite(a0) and math.isfinite(b0)) or a0 < 0 or b0 < 0:
+        raise ValueError(f"`a0` and `b0` must be finite and >= 0; got a0={a0!r}, b0={b0!r}.")
+    if (a0 == 0) != (b0 == 0):
+        raise ValueError(
+            f"`a0` and `b0` must both be > 0 (a proper Gamma prior) or both 0 (the limit of Tipping & "
+            f"Faul); got a0={a0!r}, b0={b0!r}: with b0 = 0 < a0 the collapsed ELBO grows without bound "
+            "in x, with a0 = 0 < b0 and s = 0 its supremum is at x = 0."
+        )
+    return a0, b0
+
+
+def _prior_part(x, a0, b0):
+    """a0 ln x - b0 x, with 0 for a0 = b0 = 0 (also at x = inf)."""
+    if a0 == 0:
+        return np.zeros_like(x)
+    with np.errstate(divide="ignore"):
+        return a0 * np.log(x) - b0 * x
+
+
+def in_model_value(x, s, q, a0, b0):
+    """f_in(x) of eq. (1): coefficient k's part of the ELBO in the model at E[alpha_k] = x.
+
+    Parameters
+    ----------
+    x : array, E[alpha_k] > 0 (``inf`` allowed when a0 = b0 = 0).
+    s, q : arrays, the leave-one-out precision (>= 0) and quality of eq. (3).
+    a0, b0 : shape and rate of the Gamma prior on alpha_k (both > 0 or both 0).
+
+    Returns
+    -------
+    array, 1/2 q^2/(x + s) - 1/2 ln(1 + s/x) + a0 ln x - b0 x (broadcast shape).
+    """
+    a0, b0 = _hyper(a0, b0)
+    x, s, q = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (x, s, q)))
+    with np.errstate(divide="ignore"):
+        return 0.5 * q * q / (x + s) - 0.5 * np.log1p(s / x) + _prior_part(x, a0, b0)
+
+
+def frozen_value(x, h, a0, b0):
+    """f_out(x) of eq. (2): coefficient k's part of the ELBO when frozen, v_k = 1/(x + h) optimal.
+
+    Parameters
+    ----------
+    x : array, E[alpha_k] > 0 (``inf`` allowed when a0 = b0 = 0).
+    h : array, the data precision h_k = sum_n W_n phi_nk^2 >= 0.
+    a0, b0 : shape and rate of the Gamma prior on alpha_k.
+
+    Returns
+    -------
+    array, -1/2 ln(1 + h/x) + a0 ln x - b0 x.
+    """
+    a0, b0 = _hyper(a0, b0)
+    x, h = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (x, h)))
+    with np.errstate(divide="ignore"):
+        return -0.5 * np.log1p(h / x) + _prior_part(x, a0, b0)
+
+
+def _d_minus_log1p(d):
+    """d - ln(1 + d) for d > -1, by its series where |d| < 1e-3 (no cancellation near d = 0)."""
+    d = np.asarray(d, dtype=np.float64)
+    small = np.abs(d) < 1e-3
+    series = d * d * (1.0 / 2.0 - d * (1.0 / 3.0 - d * (1.0 / 4.0 - d * (1.0 / 5.0 - d / 6.0))))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(small, series, d - np.log1p(d))
+
+
+def _excess(q, s):
+    """d = q^2/s - 1 = (|q| - sqrt s)(|q| + sqrt s)/s, without forming q^2 - s (s > 0)."""
+    root = np.sqrt(s)
+    aq = np.abs(q)
+    return (aq - root) * (aq + root) / s
+
+
+def _cubic_roots(c3, c2, c1, c0):
+    """Roots of c3 u^3 + c2 u^2 + c1 u + c0 (c3 != 0), (n, 3) complex, by Cardano's formula on the
+    depressed cubic (the three complex cube roots; the Newton steps of :func:`_cubic_candidates`
+    polish them)."""
+    p2, p1, p0 = c2 / c3, c1 / c3, c0 / c3
+    P = p1 - p2 * p2 / 3.0
+    Q = (2.0 * p2 * p2 * p2 / 27.0 - p2 * p1 / 3.0) + p0
+    root = np.sqrt((Q * Q / 4.0 + P * P * P / 27.0).astype(complex))
+    # the cube root of the larger of -Q/2 +- sqrt: no cancellation, and zero only where P = Q = 0
+    inner = np.where(np.real(np.conj(root) * -Q) >= 0, -Q / 2.0 + root, -Q / 2.0 - root)
+    C = inner ** (1.0 / 3.0)
+    turns = np.exp(2j * np.pi * np.arange(3) / 3.0)
+    Ck = C[:, None] * turns[None, :]
+    safe = np.where(Ck == 0, 1.0, Ck)
+    t = np.where(Ck == 0, 0.0, Ck - P[:, None] / (3.0 * safe))
+    return t - p2[:, None] / 3.0
+
+
+def _cubic_candidates(c3, c2, c1, c0):
+    """Positive real candidates for the roots of (4), (n, 6): the real parts of the roots of the
+    cubic and of its reversal (accurate for the large and for the small roots respectively), each
+    polished by safeguarded Newton steps until none moves; NaN where none."""
+    n = c3.shape[0]
+    with np.errstate(all="ignore"):
+        roots = _cubic_roots(np.concatenate([c3, c0]), np.concatenate([c2, c1]), np.concatenate([c1, c2]),
+                                 np.concatenate([c0, c3])).real  # c0 = -(2 a0 + 1) != 0
+        u = np.concatenate([roots[:n], 1.0 / roots[n:]], axis=1)
+        u = np.where(np.isfinite(u) & (u > 0), u, np.nan)
+        C3, C2, C1, C0 = (c[:, None] for c in (c3, c2, c1, c0))
+
+        def poly(v):
+            return ((C3 * v + C2) * v + C1) * v + C0
+
+        value = np.abs(poly(u))
+        for _ in range(_NEWTON_STEPS):
+            slope = (3.0 * C3 * u + 2.0 * C2) * u + C1
+            trial = u - poly(u) / slope
+            trial_value = np.abs(poly(trial))
+            accept = np.isfinite(trial) & (trial > 0) & (trial_value <= value)
+            if not np.any(accept & (np.abs(trial - u) > 4e-16 * np.abs(u))):
+                break  # converged to rounding
+            u = np.where(accept, trial, u)
+            value = np.where(accept, trial_value, value)
+    return u
+
+
+def in_model_optimum(s, q, a0, b0):
+    """The global maximiser of f_in (eq. (1)) over x > 0, and f_in there.
+
+    The candidates are the positive roots of the cubic (4) in u = x/s (scaled so that its
+    coefficients are O(1) in the data), found by Cardano's formula for the cubic and for its
+    reversal and polished by Newton steps; f_in is evaluated at each and the largest kept.
+    With a0 = b0 = 0 the maximiser is Tipping & Faul's s^2 / (q^2 - s) where q^2 > s, else
+    x = inf (f_in -> 0).
+
+    Parameters
+    ----------
+    s : array, leave-one-out precision s_k >= 0 (eq. (3)).
+    q : array, quality q_k; where s = 0 it must be 0 (else f_in is unbounded as x -> 0).
+    a0, b0 : shape and rate of the Gamma prior on alpha_k (both > 0 or both 0).
+
+    Returns
+    -------
+    x : array, the maximiser (``inf`` only when a0 = b0 = 0).
+    value : array, f_in(x).
+    """
+    a0, b0 = _hyper(a0, b0)
+    s, q = np.broadcast_arrays(np.asarray(s, dtype=np.float64), np.asarray(q, dtype=np.float64))
+    if not (np.all(np.isfinite(s)) and np.all(s >= 0)):
+        raise ValueError("`s` (the leave-one-out precision) must be finite and >= 0.")
+    if not np.all(np.isfinite(q)):
+        raise ValueError("`q` (the leave-one-out quality) must be finite.")
+    if np.any((s == 0) & (q != 0)):
+        raise ValueError("`q` must be 0 where `s` is 0: with s = 0 < |q| f_in grows without bound as x -> 0.")
+    shape = s.shape
+    s, q = s.ravel(), q.ravel()
+    x = np.empty_like(s)
+    value = np.empty_like(s)
+    zero = s == 0
+    pos = ~zero
+    if b0 == 0:
+        # a0 = b0 = 0: f_in = 1/2 (q^2 / (x + s) - ln(1 + s/x)), stationary at u = x/s = 1/d
+        x[zero], value[zero] = np.inf, 0.0
+        d = _excess(q[pos], s[pos])
+        finite = d > 0
+        with np.errstate(divide="ignore"):
+            x[pos] = np.where(finite, s[pos] / np.where(finite, d, 1.0), np.inf)
+        value[pos] = np.where(finite, 0.5 * _d_minus_log1p(np.where(finite, d, 0.0)), 0.0)
+        return x.reshape(shape), value.reshape(shape)
+    # s = 0 (then q = 0): f_in = a0 ln x - b0 x
+    x[zero] = a0 / b0
+    value[zero] = a0 * math.log(a0 / b0) - a0
+    if np.any(pos):
+        sp, qp = s[pos], q[pos]
+        beta = b0 * sp
+        d = _excess(qp, sp)
+        c3 = 2.0 * beta
+        c2 = 4.0 * beta - 2.0 * a0
+        c1 = 2.0 * beta + d - 4.0 * a0
+        c0 = np.full_like(sp, -(2.0 * a0 + 1.0))
+        u = _cubic_candidates(c3, c2, c1, c0)
+        xs = sp[:, None] * u
+        with np.errstate(invalid="ignore"):
+            f = in_model_value(xs, sp[:, None], qp[:, None], a0, b0)
+        f = np.where(np.isfinite(f), f, -np.inf)
+        best = np.argmax(f, axis=1)
+        rows = np.arange(len(sp))
+        x[pos] = xs[rows, best]
+        value[pos] = f[rows, best]
+    return x.reshape(shape), value.reshape(shape)
+
+
+def frozen_optimum(h, a0, b0):
+    """The maximiser of f_out (eq. (2)) over x > 0, and f_out there.
+
+    The positive root of the quadratic (5), by the form without cancellation; with a0 = b0 = 0
+    the supremum 0 at x = inf.
+
+    Parameters
+    ----------
+    h : array, data precision h_k >= 0.
+    a0, b0 : shape and rate of the Gamma prior on alpha_k (both > 0 or both 0).
+
+    Returns
+    -------
+    x, value : arrays.
+    """
+    a0, b0 = _hyper(a0, b0)
+    h = np.asarray(h, dtype=np.float64)
+    if not (np.all(np.isfinite(h)) and np.all(h >= 0)):
+        raise ValueError("`h` (the data precision) must be finite and >= 0.")
+    if b0 == 0:
+        return np.full_like(h, np.inf), np.zeros_like(h)
+    # 2 b0 x^2 + 2 P x - (2 a0 + 1) h = 0, P = b0 h - a0
+    p = b0 * h - a0
+    disc = np.hypot(p, np.sqrt(2.0 * b0 * (2.0 * a0 + 1.0) * h))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.where(p > 0, (2.0 * a0 + 1.0) * h / (p + disc), (disc - p) / (2.0 * b0))
+    return x, frozen_value(x, h, a0, b0)
+
+
+def _in_model_change(x, x_new, s, q, a0, b0):
+    """f_in(x_new) - f_in(x) written without the cancellation of the two values (both finite)."""
+    step = x_new - x
+    out = 0.5 * (-q * q * step / ((x_new + s) * (x + s)) - np.log1p(step / (x + s)) + np.log1p(step / x))
+    if a0 > 0:
+        out = out + a0 * np.log1p(step / x) - b0 * step
+    return out
+
+
+def _frozen_change(x, x_new, h, a0, b0):
+    """f_out(x_new) - f_out(x) without cancellation (both finite)."""
+    step = x_new - x
+    out = 0.5 * (np.log1p(step / x) - np.log1p(step / (x + h)))
+    if a0 > 0:
+        out = out + a0 * np.log1p(step / x) - b0 * step
+    return out
+
+
+def _gamma_prior_and_entropy(shape, rate, a0, b0):
+    """sum of E_q[ln Gamma(x | a0, b0)] + H[Gamma(shape, rate)]; a0 = b0 = 0 drops the improper
+    prior's infinite normaliser a0 ln b0 - ln Gamma(a0), keeping -E[ln x]."""
+    mean, mean_log = shape / rate, digamma(shape) - np.log(rate)
+    log_prior = (a0 - 1.0) * mean_log - b0 * mean
+    if a0 > 0:
+        log_prior = log_prior + a0 * math.log(b0) - gammaln(a0)
+    entropy = shape - np.log(rate) + gammaln(shape) + (1.0 - shape) * digamma(shape)
+    return float(np.sum(log_prior + entropy))
+
+
+def _w_alpha_terms(active, mu, Sigma, frozen_var, alpha_shape, alpha_rate, a0, b0):
+    """E[ln p(w|alpha)] + E[ln p(alpha)] + H[q(w)] + H[q(alpha)] over all M coefficients."""
+    M = alpha_shape.shape[0]
+    second = np.array(frozen_var, dtype=np.float64)
+    second[active] = mu**2 + np.diag(Sigma)
+    e_alpha = alpha_shape / alpha_rate
+    e_log_alpha = digamma(alpha_shape) - np.log(alpha_rate)
+    log_p_w = np.sum(0.5 * (e_log_alpha - LOG_2PI - e_alpha * second))
+    frozen = np.ones(M, dtype=bool)
+    frozen[active] = False
+    log_det = (np.linalg.slogdet(Sigma)[1] if len(active) else 0.0) + np.sum(np.log(frozen_var[frozen]))
+    entropy_w = 0.5 * M * (1.0 + LOG_2PI) + 0.5 * log_det
+    return log_p_w + _gamma_prior_and_entropy(alpha_shape, alpha_rate, a0, b0) + entropy_w

@@ -1,0 +1,404 @@
+"""The fast variational schedule of the ARD family (:mod:`ppl_sbl.fast_ard`): the buffered
+restricted-family state and its rank-one moves, the pass loop, and the guide-state conversions."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+import scipy.linalg
+
+from .. import gaussian as G
+from .algebra import (_hyper, _in_model_change, _w_alpha_terms, frozen_optimum, frozen_value, in_model_optimum,
+                      in_model_value)
+
+__all__ = ["LOG_ALPHA_TOL", "MAX_ALIGNMENT", "ADD", "REESTIMATE", "UPDATE", "Moments", "FastFit", "schedule",
+           "active_gaussian", "alpha_factors"]
+
+# a frozen coefficient with s_k below this fraction of h_k is (numerically) in the span of the
+# active columns: S_k = h_k - B_k^T Sigma B_k carries a rounding error of order 1e-16 h_k times the
+# condition number of the active block, so its s_k would be noise
+_COLLINEAR = 1e-10
+LOG_ALPHA_TOL = 1e-3  # the smallest change of ln E[alpha_k] a re-estimate makes
+MAX_ALIGNMENT = 1.0 - 1e-3  # the largest |cosine| of a coefficient added with an active one
+
+
+class Moments:
+    """The moments of phi_n^T w under the restricted q(w), for the likelihood factor's updates:
+    ``mean`` (N,), ``var`` (N,) (frozen variances included; formed on first use, O(N M)) and
+    ``var_sum`` = sum_n var_n (O(M + K^2))."""
+
+    def __init__(self, schedule):
+        self._schedule = schedule
+        K = schedule.K
+        A = schedule.A[:, :K]
+        self.mean = A @ schedule.mu[:K]
+        frozen_var = schedule.frozen_var()
+        self.var_sum = float(np.sum(schedule.gram_active() * schedule.Sigma[:K, :K]) + schedule.col_sq @ frozen_var)
+        self._var = None
+        self._frozen_var = frozen_var
+
+    @property
+    def var(self):
+        if self._var is None:
+            s = self._schedule
+            K = s.K
+            A = s.A[:, :K]
+            self._var = np.einsum("nk,nk->n", A @ s.Sigma[:K, :K], A) + s.squared() @ self._frozen_var
+        return self._var
+
+
+class FastFit(NamedTuple):
+    """The result of :func:`schedule`.
+
+    active (K,) the coefficients in the model, in the order of ``mu`` and ``Sigma``; mu (K,),
+    Sigma (K, K) their q(w); x (M,) E[alpha_k] of every coefficient (q(alpha_k) = Gamma(a0 + 1/2,
+    (a0 + 1/2) / x_k)); frozen_var (M,) the variances of the frozen coefficients (0 on
+    ``active``); supported (K,) whether the data support each active coefficient (q_k^2 > s_k);
+    elbo_trace the ELBO at the start, after every move (the previous value plus the move's exact
+    gain) and after every update of the likelihood factor (evaluated afresh); trace_events
+    (len(elbo_trace) - 1,) ADD, REESTIMATE or UPDATE; num_moves; num_passes; converged.
+    """
+
+    active: np.ndarray
+    mu: np.ndarray
+    Sigma: np.ndarray
+    x: np.ndarray
+    frozen_var: np.ndarray
+    supported: np.ndarray
+    elbo_trace: np.ndarray
+    trace_events: np.ndarray
+    num_moves: int
+    num_passes: int
+    converged: bool
+
+    @property
+    def elbo(self):
+        return float(self.elbo_trace[-1])
+
+
+ADD, REESTIMATE, UPDATE = 0, 1, 2
+
+
+def _inverse_and_mean(precision, linear):
+    """(precision^-1, precision^-1 linear) by a Jacobi-scaled Cholesky factorisation."""
+    if precision.shape[0] == 0:
+        return np.zeros((0, 0)), np.zeros(0)
+    d = 1.0 / np.sqrt(np.diag(precision))
+    factor = scipy.linalg.cho_factor(precision * d[:, None] * d[None, :], lower=True)
+    inv = scipy.linalg.cho_solve(factor, np.eye(len(d))) * d[:, None] * d[None, :]
+    inv = 0.5 * (inv + inv.T)
+    return inv, inv @ linear
+
+
+class _Schedule:
+    """Buffers of one fit: the active columns Phi_A (N, K), B = Phi^T diag(W) Phi_A (M, K) (and
+    Phi^T Phi_A where W is uniform, so that a new E[gamma] rescales it), Sigma, mu, and the
+    statistics S_m = h_m - B_m^T Sigma B_m, Q_m = b_m - B_m^T mu of every coefficient, with
+    h = Phi^2^T W and b = Phi^T r (Tipping & Faul 2003's S and Q for the quadratic factor)."""
+
+    def __init__(self, Phi, factor, a0, b0):
+        self.Phi, self.factor, self.a0, self.b0 = Phi, factor, a0, b0
+        N, M = Phi.shape
+        self.col_sq = np.einsum("nm,nm->m", Phi, Phi)
+        self._sq = None
+        self._target = None  # r / W where W is uniform, and Phi^T of it
+        cap = 16
+        self.A = np.zeros((N, cap), order="F")
+        self.B = np.zeros((M, cap))
+        self.C = np.zeros((M, cap)) if factor.uniform else None  # Phi^T Phi_A
+        self.Sigma = np.zeros((cap, cap))
+        self.mu = np.zeros(cap)
+        self.index = np.zeros(cap, dtype=np.intp)
+        self.K = 0
+        self.x = np.ones(M)
+        self.blocked = np.zeros(M, dtype=bool)  # nearly collinear with an active coefficient
+        self.set_factor()
+
+    # buffers -------------------------------------------------------------------------------------
+    @property
+    def active(self):
+        return self.index[:self.K]
+
+    def squared(self):
+        if self._sq is None:
+            self._sq = self.Phi * self.Phi
+        return self._sq
+
+    def gram_active(self):
+        """Phi_A^T Phi_A (K, K)."""
+        K = self.K
+        if self.C is not None:
+            return self.C[self.active, :K]
+        A = self.A[:, :K]
+        return A.T @ A
+
+    def frozen_var(self):
+        v = 1.0 / (self.x + self.h)
+        v[self.active] = 0.0
+        return v
+
+    def _grow(self):
+        cap = 2 * self.A.shape[1]
+        K = self.K
+
+        def grown(old, shape, order="C"):
+            new = np.zeros(shape, order=order)
+            new[tuple(slice(0, n) for n in old.shape)] = old
+            return new
+
+        self.A = grown(self.A[:, :K], (self.A.shape[0], cap), "F")
+        self.B = grown(self.B[:, :K], (self.B.shape[0], cap))
+        if self.C is not None:
+            self.C = grown(self.C[:, :K], (self.C.shape[0], cap))
+        self.Sigma = grown(self.Sigma[:K, :K], (cap, cap))
+        self.mu = grown(self.mu[:K], (cap,))
+        self.index = grown(self.index[:K], (cap,)).astype(np.intp)
+
+    # the likelihood factor -------------------------------------------------------------------------
+    def set_factor(self):
+        """(W, r) from the factor; h, b, B for them; the frozen q(alpha) at their optimum (2); then
+        q(w) and the statistics exactly (:meth:`refresh`)."""
+        W, r = self.factor.weights()
+        K, a = self.K, self.active
+        if self.factor.uniform:
+            g = float(W[0])
+            target = r / g
+            if self._target is None or not np.array_equal(target, self._target[0]):
+                self._target = (target, self.Phi.T @ target)
+            self.h = g * self.col_sq
+            self.b = g * self._target[1]
+            self.B[:, :K] = g * self.C[:, :K]
+        else:
+            self.h = self.squared().T @ W
+            self.b = self.Phi.T @ r
+            self.B[:, :K] = self.Phi.T @ (W[:, None] * self.A[:, :K])
+        self.W = W
+        x_out, _ = frozen_optimum(self.h, self.a0, self.b0)
+        frozen = np.ones(self.x.shape[0], dtype=bool)
+        frozen[a] = False
+        self.x[frozen] = x_out[frozen]
+        self.refresh()
+
+    def refresh(self):
+        """q(w) = N(mu, Sigma) for the active set at the current E[alpha], and S, Q, exactly."""
+        K, a = self.K, self.active
+        Sigma, mu = _inverse_and_mean(self.B[a, :K] + np.diag(self.x[a]), self.b[a])
+        self.Sigma[:K, :K], self.mu[:K] = Sigma, mu
+        B = self.B[:, :K]
+        self.S = self.h - np.einsum("mk,mk->m", B @ Sigma, B)
+        self.Q = self.b - B @ mu
+
+    # moves ------------------------------------------------------------------------------------------
+    def leave_one_out(self):
+        """s_k and q_k of eq. (3) for every coefficient (M,): S and Q for the frozen ones; for the
+        active ones q = mu_k / Sigma_kk and s = x S / (x - S) where x Sigma_kk > 1/2, else
+        s = 1/Sigma_kk - x (each form where it has no cancellation)."""
+        s, q = self.S.copy(), self.Q.copy()
+        K, a = self.K, self.active
+        if K:
+            xa, diag, sa = self.x[a], np.diag(self.Sigma)[:K], self.S[a]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                s[a] = np.where(xa * diag > 0.5, xa * sa / (xa - sa), 1.0 / diag - xa)
+            q[a] = self.mu[:K] / diag
+        return s, q
+
+    def best_move(self, floor):
+        """(kind, coefficient, target E[alpha], gain) of the significant move with the largest gain,
+        or None: an add of a frozen coefficient the data support (q^2 > s, eq. (1) at its
+        maximiser against (2) at x_k) and that is not nearly collinear with an active one
+        (|cosine| > MAX_ALIGNMENT, Tipping's SparseBayes's alignment test), or a re-estimate of an active one to the maximiser of (1)
+        that changes ln E[alpha_k] by at least LOG_ALPHA_TOL; either must gain more than
+        ``floor`` nats."""
+        s, q = self.leave_one_out()
+        M = s.shape[0]
+        is_active = np.zeros(M, dtype=bool)
+        is_active[self.active] = True
+        with np.errstate(invalid="ignore"):
+            supported = ((~is_active) & (~self.blocked) & (self.h > 0) & (s >= _COLLINEAR * self.h)
+                         & (np.abs(q) > np.sqrt(np.maximum(s, 0.0))))
+        candidates = np.concatenate([self.active, np.flatnonzero(supported)])
+        if len(candidates) == 0:
+            return None
+        sc = np.maximum(s[candidates], _COLLINEAR * np.maximum(self.h[candidates], 1e-300))
+        qc = q[candidates]
+        x_in, value_in = in_model_optimum(sc, qc, self.a0, self.b0)
+        xc = self.x[candidates]
+        K = self.K
+        gain = np.empty(len(candidates))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            gain[:K] = _in_model_change(xc[:K], x_in[:K], sc[:K], qc[:K], self.a0, self.b0)
+            if self.b0 == 0:
+                gain[:K] = np.where(np.isfinite(x_in[:K]), gain[:K], value_in[:K] - in_model_value(
+                    xc[:K], sc[:K], qc[:K], self.a0, self.b0))
+            small = np.abs(np.log(x_in[:K] / xc[:K])) < LOG_ALPHA_TOL
+        gain[:K][small] = -np.inf
+        gain[K:] = value_in[K:] - frozen_value(xc[K:], self.h[candidates[K:]], self.a0, self.b0)
+        j = int(np.argmax(gain))
+        if not gain[j] > floor:
+            return None
+        return (REESTIMATE if j < K else ADD), int(candidates[j]), float(x_in[j]), float(gain[j])
+
+    def add(self, k, x_new):
+        """Coefficient k joins the model with E[alpha_k] = x_new: with z = Sigma B_k, Sigma_kk' =
+        1/(x_new + S_k), mu_k' = Sigma_kk' Q_k, e = Phi^T W phi_k - B z, the old block gains
+        Sigma_kk' z z^T, mu loses mu_k' z, S_m -= Sigma_kk' e_m^2, Q_m -= mu_k' e_m
+        (Tipping & Faul 2003, appendix). One product with the design, then O(M K)."""
+        if self.K == self.A.shape[1]:
+            self._grow()
+        K = self.K
+        phi = self.Phi[:, k]
+        c = self.Phi.T @ phi
+        column = float(self.W[0]) * c if self.C is not None else self.Phi.T @ (self.W * phi)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.blocked |= np.abs(c) > MAX_ALIGNMENT * np.sqrt(self.col_sq[k] * self.col_sq)
+        z = self.Sigma[:K, :K] @ self.B[k, :K]
+        sigma_kk = 1.0 / (x_new + self.S[k])
+        mu_k = sigma_kk * self.Q[k]
+        e = column - self.B[:, :K] @ z
+        self.Sigma[:K, :K] += sigma_kk * np.outer(z, z)
+        self.Sigma[:K, K] = self.Sigma[K, :K] = -sigma_kk * z
+        self.Sigma[K, K] = sigma_kk
+        self.mu[:K] -= mu_k * z
+        self.mu[K] = mu_k
+        self.S -= sigma_kk * e * e
+        self.Q -= mu_k * e
+        self.A[:, K] = phi
+        self.B[:, K] = column
+        if self.C is not None:
+            self.C[:, K] = c
+        self.index[K] = k
+        self.K = K + 1
+        self.x[k] = x_new
+
+    def reestimate(self, k, x_new):
+        """E[alpha_k] of active k to x_new: with Delta = x_new - x_k, kappa = Delta / (1 + Delta
+        Sigma_jj): Sigma -= kappa Sigma_j Sigma_j^T, mu -= kappa mu_j Sigma_j, S_m += kappa e_m^2,
+        Q_m += kappa mu_j e_m with e = B Sigma_j. O(M K)."""
+        K = self.K
+        j = int(np.flatnonzero(self.active == k)[0])
+        delta = x_new - self.x[k]
+        col = self.Sigma[:K, j].copy()
+        kappa = delta / (1.0 + delta * col[j])
+        mu_j = self.mu[j]
+        e = self.B[:, :K] @ col
+        self.Sigma[:K, :K] -= kappa * np.outer(col, col)
+        self.mu[:K] -= kappa * mu_j * col
+        self.S += kappa * e * e
+        self.Q += kappa * mu_j * e
+        self.x[k] = x_new
+
+    # the ELBO ---------------------------------------------------------------------------------------
+    def moments(self):
+        return Moments(self)
+
+    def elbo(self, moments=None):
+        """The restricted-family ELBO: the likelihood factor's terms (from the moments of Phi w)
+        plus E[ln p(w|alpha)] + E[ln p(alpha)] + H[q(w)] + H[q(alpha)]."""
+        moments = self.moments() if moments is None else moments
+        K = self.K
+        shape = np.full(self.x.shape[0], self.a0 + 0.5)
+        return self.factor.elbo_terms(moments) + _w_alpha_terms(
+            self.active, self.mu[:K], self.Sigma[:K, :K], 1.0 / (self.x + self.h), shape, shape / self.x,
+            self.a0, self.b0)
+
+    def supported(self):
+        s, q = self.leave_one_out()
+        a = self.active
+        return np.abs(q[a]) > np.sqrt(np.maximum(s[a], 0.0))
+
+    def result(self, trace, events, moves, passes, converged):
+        K = self.K
+        return FastFit(active=self.active.copy(), mu=self.mu[:K].copy(), Sigma=self.Sigma[:K, :K].copy(),
+                       x=self.x.copy(), frozen_var=self.frozen_var(), supported=self.supported(),
+                       elbo_trace=np.asarray(trace), trace_events=np.asarray(events, dtype=int),
+                       num_moves=moves, num_passes=passes, converged=converged)
+
+
+def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_moves=None, progress=None):
+    """The fast variational schedule: from the empty model, the best significant move at a time
+    (:meth:`_Schedule.best_move`: adds of the coefficients the data support, re-estimates to the
+    maximiser of (1)) until none is left, then the likelihood factor's own updates given q(w)
+    (``factor.update``), q(w) and the statistics recomputed for its new (W, r), the frozen
+    q(alpha) put at their optima (2); passes until the ELBO changes by at most ``tol`` (relative)
+    over one. Every move and every update is a coordinate ascent step of the restricted-family
+    ELBO, so it never decreases.
+
+    No coefficient leaves the model: freezing one always lowers the ELBO (module docstring,
+    "Sparsity"), and one the data stop supporting goes on at the maximiser of (1), a large
+    E[alpha_k] of order sqrt(s_k / (2 b0)); ``FastFit.supported`` tells them apart.
+
+    Parameters
+    ----------
+    Phi : (N, M) float64 design matrix.
+    factor : the likelihood's other factors, with ``uniform`` (W the same for every point: then
+        r / W must stay the same too), ``weights()`` -> (W, r), ``update(moments)`` (coordinate
+        updates given :class:`Moments`) and ``elbo_terms(moments)`` (its part of the ELBO).
+    a0, b0 : the Gamma prior of each alpha_k (both > 0, or both 0).
+    tol : relative change of the ELBO over a pass that stops the fit; a move must gain more than
+        ``tol |ELBO|`` nats.
+    max_passes, max_moves : upper limits (default moves: 100 M).
+    progress : callable(passes, moves, elbo, active), called after every pass, or None.
+
+    Returns
+    -------
+    FastFit.
+    """
+    a0, b0 = _hyper(a0, b0)
+    if not (tol > 0):
+        raise ValueError(f"`tol` must be > 0; got {tol!r}.")
+    M = Phi.shape[1]
+    max_moves = 100 * M if max_moves is None else int(max_moves)
+    work = _Schedule(Phi, factor, a0, b0)
+    value = work.elbo()
+    trace, events = [value], []
+    moves, passes, converged = 0, 0, False
+    while passes < int(max_passes):
+        passes += 1
+        start = value
+        while moves < max_moves:
+            move = work.best_move(tol * max(1.0, abs(value)))
+            if move is None:
+                break
+            kind, k, target, gain = move
+            (work.add if kind == ADD else work.reestimate)(k, target)
+            moves += 1
+            value += gain
+            trace.append(value)
+            events.append(kind)
+        factor.update(work.moments())
+        work.set_factor()
+        value = work.elbo()
+        trace.append(value)
+        events.append(UPDATE)
+        if progress is not None:
+            progress(passes, moves, value, work.K)
+        if abs(value - start) <= tol * abs(value):
+            converged = True
+            break
+    return work.result(trace, events, moves, passes, converged)
+
+
+def active_gaussian(fit: FastFit):
+    """The fit's q(w) as the :class:`ppl_sbl.gaussian.ActiveGaussian` of the guides: the active
+    coefficients in a bucket of slots (a power of two; padding slots hold M and an identity block),
+    Sigma in the dense form, the frozen variances elsewhere."""
+    M = fit.x.shape[0]
+    K = len(fit.active)
+    size = G.bucket_size(K, M) if K else min(8, M)
+    index = np.full(size, M, dtype=np.int32)
+    index[:K] = fit.active
+    cov = np.eye(size)
+    cov[:K, :K] = fit.Sigma
+    mean = np.zeros(M)
+    mean[fit.active] = fit.mu
+    log_det = float(np.linalg.slogdet(fit.Sigma)[1]) if K else 0.0
+    return G.ActiveGaussian(mean=jnp.asarray(mean), cov=jnp.asarray(cov), base=jnp.zeros(0),
+                            index=jnp.asarray(index), frozen_var=jnp.asarray(fit.frozen_var),
+                            log_det=jnp.asarray(log_det))
+
+
+def alpha_factors(fit: FastFit, a0):
+    """q(alpha_k) = Gamma(a0 + 1/2, (a0 + 1/2) / E[alpha_k]) of every coefficient: (shape, rate)."""
+    shape = np.full(fit.x.shape[0], a0 + 0.5)
+    return jnp.asarray(shape), jnp.asarray(shape / fit.x)
