@@ -51,6 +51,7 @@ import numpyro
 import numpyro.distributions as dist
 
 from ppl_sbl import sparse_gp as sg
+from ppl_sbl.saving import Saveable
 from ppl_sbl.validation import check_matrix
 
 __all__ = [
@@ -961,7 +962,7 @@ def _predictive_means(kernel_params, inducing, stats, Z, beta, draws, jitter):
 # The result
 # ----------------------------------------------------------------------------------------------
 @dataclasses.dataclass
-class GPLVMResult:
+class GPLVMResult(Saveable):
     """A fitted Bayesian GPLVM: the bound (``elbo``), q(X), the kernels and the predictions."""
 
     model: str

@@ -51,6 +51,7 @@ import scipy.sparse
 import scipy.sparse.csgraph
 
 from ppl_sbl import basis as _basis
+from ppl_sbl.saving import Saveable
 from ppl_sbl.validation import check_positive
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -97,7 +98,7 @@ def guide(D_active, y=None, *, alpha, noise_var, mu, Sigma):
 # State
 # ----------------------------------------------------------------------------------------------
 @dataclasses.dataclass
-class SBLState:
+class SBLState(Saveable):
     """The state of the sequential SBL: everything :func:`fit`, :func:`add_sample` and
     :func:`add_basis` need to go on, and the fitted model.
 

@@ -59,6 +59,7 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
 from ppl_sbl import basis
+from ppl_sbl.saving import Saveable
 from ppl_sbl.validation import check_matrix, check_targets
 
 __all__ = [
@@ -478,7 +479,7 @@ _beta_step_jit = jax.jit(beta_step)
 # Training
 # ----------------------------------------------------------------------------------------------
 @dataclasses.dataclass
-class SuperSparseResult:
+class SuperSparseResult(Saveable):
     """A fitted super-sparse machine: ``f(x) = sum_j beta_j s(x, c_j) + b`` (1).
 
     Attributes

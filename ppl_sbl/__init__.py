@@ -25,8 +25,8 @@ from . import basis, bounds, datasets, derived, expfam, gaussian, likelihoods, s
 from .arviz import compare, plot_elbo_trace, plot_grid_relevance, plot_relevance, to_inference_data  # noqa: E402
 from .derived import NotConjugateError, derived_guide  # noqa: E402
 from .diagnostics import GuideCheck, check_guide  # noqa: E402
-from .estimators import RVC, RVR, GPLVMClassifier, SuperSparseClassifier, SuperSparseRegressor  # noqa: E402
 from .inference import CAVI, CAVIResult, ClosedFormGuide, closed_form_guide, fit, fit_grid  # noqa: E402
+from .saving import load  # noqa: E402
 
 __all__ = [
     "CAVI",
@@ -35,6 +35,7 @@ __all__ = [
     "closed_form_guide",
     "fit",
     "fit_grid",
+    "load",
     "derived_guide",
     "NotConjugateError",
     "check_guide",
@@ -59,3 +60,18 @@ __all__ = [
     "sparse_gp",
 ]
 __version__ = "0.1.0"
+
+_ESTIMATORS = ("RVR", "RVC", "GPLVMClassifier", "SuperSparseClassifier", "SuperSparseRegressor")
+
+
+def __getattr__(name):
+    # the scikit-learn estimators load on first use: the library itself imports without scikit-learn
+    if name in _ESTIMATORS:
+        from . import estimators
+
+        return getattr(estimators, name)
+    raise AttributeError(f"module 'ppl_sbl' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_ESTIMATORS))

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import gaussian as _gauss
+from .saving import Saveable
 
 __all__ = ["ClosedFormGuide", "closed_form_guide", "find_guide", "resolve_guide", "CAVI", "CAVIResult", "fit", "fit_grid"]
 
@@ -412,6 +413,7 @@ class CAVI:
             tol=self.tol,
             prune_events=prune_events,
             seconds=time.perf_counter() - start,
+            guide_choice=self.guide,
         )
 
     def _run_fast(self, g, args, kwargs):
@@ -433,7 +435,7 @@ class CAVI:
         return CAVIResult(model=self.model, guide_spec=g, args=args, kwargs=kwargs, data=data, state=state,
                           elbo_trace=np.asarray(fit.elbo_trace), converged=bool(fit.converged), tol=self.tol,
                           seconds=time.perf_counter() - start, schedule="fast", relevant_mask=relevant,
-                          num_moves=int(fit.num_moves))
+                          num_moves=int(fit.num_moves), guide_choice=self.guide)
 
     def _progress(self, bar, start, done, made, value):
         """Show ``done`` sweeps of ``max_sweeps`` (``made`` of them since the last call)."""
@@ -579,12 +581,13 @@ def fit_grid(model, designs, *args, names=None, tol=1e-9, max_sweeps=20000, batc
             converged=bool(converged[i]),
             tol=tol,
             seconds=seconds,
+            guide_choice=guide,
         )
     return results
 
 
 @dataclasses.dataclass
-class CAVIResult:
+class CAVIResult(Saveable):
     """The fitted guide and everything needed to use it.
 
     Attributes
@@ -620,6 +623,21 @@ class CAVIResult:
     schedule: str = "sweep"
     relevant_mask: Optional[np.ndarray] = None
     num_moves: Optional[int] = None
+    guide_choice: Any = None
+
+    # saving: the guide is stored as the choice that found it (``CAVI``'s ``guide``: the model's
+    # attached guide, the derived one, or a ClosedFormGuide given by the caller) and found again
+    # from the model and its arguments on loading, so that what is stored holds no closures
+    def __getstate__(self):
+        fields = dict(self.__dict__)
+        if not isinstance(self.guide_choice, ClosedFormGuide):
+            fields["guide_spec"] = None
+        return fields
+
+    def __setstate__(self, fields):
+        self.__dict__.update(fields)
+        if self.guide_spec is None:
+            self.guide_spec = resolve_guide(find_guide(self.model, self.guide_choice), self.args, self.kwargs)
 
     @property
     def elbo(self) -> float:
