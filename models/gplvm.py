@@ -52,7 +52,7 @@ import numpyro.distributions as dist
 
 from ppl_sbl import sparse_gp as sg
 from ppl_sbl.saving import Saveable
-from ppl_sbl.validation import check_matrix
+from ppl_sbl.validation import check_matrix, warn_unconverged
 
 __all__ = [
     "supervised",
@@ -795,8 +795,11 @@ def _check(Y, Z, model, latent_dim, num_inducing, prior_kernel):
         raise ValueError(f"`prior_kernel` must be one of {PRIOR_KERNELS}; got {prior_kernel!r}.")
     Y = check_matrix("Y", Y)
     if Z is not None:
-        Z = np.asarray(Z, dtype=np.float64)
-        Z = check_matrix("Z", Z[:, None] if Z.ndim == 1 else Z)
+        if np.ndim(Z) == 1:
+            raise ValueError("`Z` must be 2-dimensional, one row of outputs per input row; got a vector. Code class "
+                             "labels 1-of-K with ppl_sbl.datasets.one_of_k(labels), or pass a single output as "
+                             "Z.reshape(-1, 1).")
+        Z = check_matrix("Z", Z)
         if len(Z) != len(Y):
             raise ValueError(f"`Z` has {len(Z)} rows but `Y` has {len(Y)}; pass one output row per input row.")
     elif model == "supervised":
@@ -811,7 +814,7 @@ def _check(Y, Z, model, latent_dim, num_inducing, prior_kernel):
 
 
 def fit(Y, Z=None, *, model="supervised", latent_dim=10, num_inducing=30, prior_kernel="rbf", snr="default",
-        optimize_prior=False, optimizer=None, max_steps=2000, tol=1e-10, hyper_steps=20, prune=1e-6, seed=0,
+        optimize_prior=False, optimizer=None, max_steps=300, tol=1e-10, hyper_steps=20, prune=1e-6, seed=0,
         jitter=sg.JITTER, progress_bar=None):
     """Fit a Bayesian GPLVM by maximising the collapsed bound.
 
@@ -838,15 +841,19 @@ def fit(Y, Z=None, *, model="supervised", latent_dim=10, num_inducing=30, prior_
         unsupervised model and with ``optimize_prior``): L-BFGS on all parameters at once with
         the exact gradient in (mubar, lambda), which needs B_q^-1 in full.
     max_steps, tol : sweeps ("natural") or L-BFGS iterations ("lbfgs"), and the relative
-        tolerance on the bound (the rise over one sweep; for L-BFGS scipy's ``ftol``).
+        tolerance on the bound (the rise over one sweep; for L-BFGS scipy's ``ftol``). The
+        default cap returns within a minute on a few hundred points (the bound is then usually
+        still rising: a :class:`ppl_sbl.ConvergenceWarning` says so); with the signal-to-noise
+        ratio fixed high, the further the bound climbs, the fewer latent dimensions ARD keeps, and
+        test accuracy can fall, so the cap is worth a cross-validation.
     hyper_steps : L-BFGS iterations on the hyperparameters per natural sweep.
     prune : natural sweeps update only the latent dimensions whose step would raise the bound by
         at least this fraction of the most any one dimension's would (those ARD has switched off
         sit at their fixed point), and every dimension every 10th sweep and before declaring
         convergence (the bound stays exact; see :func:`_fit_natural`); 0 updates all of them in
         every sweep.
-    progress_bar : show one (tqdm) with the bound; None: only for fits expected to be long
-        (N x Q x max_steps above 10^7).
+    progress_bar : show one (tqdm) with the bound; None: only for fits expected to take more than a
+        few seconds (N x Q x max_steps above 10^6).
 
     Returns
     -------
@@ -856,7 +863,7 @@ def fit(Y, Z=None, *, model="supervised", latent_dim=10, num_inducing=30, prior_
         raise ValueError(f"`optimizer` must be one of {OPTIMIZERS} (or None for the model's default); "
                          f"got {optimizer!r}.")
     if progress_bar is None:
-        progress_bar = len(np.asarray(Y)) * int(latent_dim) * int(max_steps) > 1e7
+        progress_bar = len(np.asarray(Y)) * int(latent_dim) * int(max_steps) > 1e6
     free, fixed, Yj, Zj, z_mean = initial_parameters(Y, Z, model=model, latent_dim=latent_dim,
                                                      num_inducing=num_inducing, prior_kernel=prior_kernel, snr=snr,
                                                      optimize_prior=optimize_prior, seed=seed, jitter=jitter)
@@ -876,6 +883,8 @@ def fit(Y, Z=None, *, model="supervised", latent_dim=10, num_inducing=30, prior_
         free, value, info = sg.maximize(objective, free, args=(fixed, Yj, Zj), max_steps=max_steps, tol=tol,
                                         progress_bar=progress_bar)
         info["optimizer"] = "lbfgs"
+    if not info["converged"] and info["steps"] >= int(max_steps):
+        warn_unconverged(f"gplvm.fit ({info['optimizer']})", max_steps, "max_steps")
     return GPLVMResult(model=model, prior_kernel=prior_kernel, free=free, fixed=fixed, Y=Yj, Z=Zj,
                        z_mean=jnp.asarray(z_mean), elbo=value, elbo_trace=np.asarray(info["trace"]),
                        converged=info["converged"], info=info, seconds=time.perf_counter() - start, jitter=jitter)

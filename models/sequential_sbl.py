@@ -52,7 +52,7 @@ import scipy.sparse.csgraph
 
 from ppl_sbl import basis as _basis
 from ppl_sbl.saving import Saveable
-from ppl_sbl.validation import check_positive
+from ppl_sbl.validation import check_positive, warn_unconverged
 
 LOG_2PI = math.log(2.0 * math.pi)
 _REFRESH_BLOCK = 256  # columns of D^T D_a F^T formed at a time by an exact refresh
@@ -1448,6 +1448,8 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=None, max_
             bar.set_postfix(L=f"{work.L:.4f}", active=len(work.active))
     if bar is not None:
         bar.close()
+    if not converged and stop_reason != "ill-conditioned":
+        warn_unconverged("the sequential SBL", max_steps, "max_steps")
     return work.state(converged=converged, seconds=time.perf_counter() - start,
                       stop_reason=stop_reason if converged or stop_reason == "ill-conditioned" else "max_steps")
 

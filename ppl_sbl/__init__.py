@@ -27,6 +27,7 @@ from .derived import NotConjugateError, derived_guide  # noqa: E402
 from .diagnostics import GuideCheck, check_guide  # noqa: E402
 from .inference import CAVI, CAVIResult, ClosedFormGuide, closed_form_guide, fit, fit_grid  # noqa: E402
 from .saving import load  # noqa: E402
+from .validation import ConvergenceWarning  # noqa: E402
 
 __all__ = [
     "CAVI",
@@ -36,6 +37,7 @@ __all__ = [
     "fit",
     "fit_grid",
     "load",
+    "ConvergenceWarning",
     "derived_guide",
     "NotConjugateError",
     "check_guide",

@@ -254,7 +254,7 @@ def build_parser():
                      help="rbf: one Gaussian RBF per training point plus a bias (flat features); "
                      "rbf-table: one RBF per training point and input dimension, a table per object "
                      "(the grid RVM paper's section 6.1), so the grid RVMs are fitted too")
-    cmp.add_argument("--delta", type=float, default=None,
+    cmp.add_argument("--delta", type=_positive_float, default=None,
                      help="RBF inverse squared width, exp(-delta ||x - c||^2) (default: 4.0 for ripley, i.e. width 0.5 "
                      "as in Tipping 2001; 5.55 for sinc and mixture, on standardised inputs)")
     cmp.add_argument("--noise-features", type=int, default=0,
@@ -284,6 +284,17 @@ def build_parser():
     cmp.add_argument("--progress", action="store_true", default=None, help="always show progress bars")
     cmp.set_defaults(func=compare_command)
     return parser
+
+
+def _positive_float(text):
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0; got {text!r}") from None
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0; got {text}")
+    return value
 
 
 def main(argv=None):

@@ -29,6 +29,7 @@ import numpy as np
 
 from . import gaussian as _gauss
 from .saving import Saveable
+from .validation import warn_unconverged
 
 __all__ = ["ClosedFormGuide", "closed_form_guide", "find_guide", "resolve_guide", "CAVI", "CAVIResult", "fit", "fit_grid"]
 
@@ -401,6 +402,8 @@ class CAVI:
             bar = self._progress(bar, bar_clock, i, len(values), value)
         if bar is not None:
             bar.close()
+        if not converged:
+            warn_unconverged(f"CAVI on {getattr(self.model, '__name__', 'the model')}", self.max_sweeps)
         return CAVIResult(
             model=self.model,
             guide_spec=g,
@@ -429,6 +432,8 @@ class CAVI:
         data, state, fit = g.fast(*args, tol=self.tol, max_passes=int(self.max_sweeps), progress=progress, **kwargs)
         if bar[0] is not None:
             bar[0].close()
+        if not fit.converged:
+            warn_unconverged(f"the fast schedule on {getattr(self.model, '__name__', 'the model')}", self.max_sweeps)
         M = fit.x.shape[0]
         relevant = np.zeros(M, dtype=bool)
         relevant[fit.active[fit.supported]] = True
@@ -568,6 +573,9 @@ def fit_grid(model, designs, *args, names=None, tol=1e-9, max_sweeps=20000, batc
     states, _, sweeps, converged, traces = jax.block_until_ready(_GRID_FITS[key][1](stacked))
     seconds = time.perf_counter() - start
     sweeps, converged, traces = np.asarray(sweeps), np.asarray(converged), np.asarray(traces)
+    if not converged.all():
+        stopped = [name for name, done in zip(names, converged) if not done]
+        warn_unconverged(f"fit_grid for {stopped}", max_sweeps)
     results = {}
     for i, (name, x) in enumerate(zip(names, designs)):
         results[name] = CAVIResult(

@@ -8,7 +8,20 @@ import numbers
 
 import numpy as np
 
-__all__ = ["check_matrix", "check_targets", "check_binary", "check_positive", "check_design"]
+__all__ = ["check_matrix", "check_targets", "check_binary", "check_positive", "check_design", "ConvergenceWarning",
+           "warn_unconverged"]
+
+
+class ConvergenceWarning(UserWarning):
+    """A fit stopped by its iteration cap before its convergence test held."""
+
+
+def warn_unconverged(what, cap, name="max_sweeps", stacklevel=3):
+    """Warn that ``what`` stopped at its cap ``name`` = ``cap`` before converging."""
+    import warnings
+
+    warnings.warn(f"{what} stopped at {name}={cap} before converging; the result is not the fixed point: raise "
+                  f"{name} (or loosen tol) to go on.", ConvergenceWarning, stacklevel=stacklevel)
 
 
 def _as_float_array(name, value):
@@ -66,6 +79,8 @@ def check_binary(name, value, num_rows, *, rows_name="Phi"):
             "Recode them, e.g. t = (labels == positive_label).astype(float), or use ppl_sbl.RVC, "
             "which accepts any two labels."
         )
+    if arr.size and np.all(arr == arr[0]):
+        raise ValueError(f"`{name}` holds only label {arr[0]:g}; a classifier needs samples of both labels 0 and 1.")
     return arr
 
 
@@ -78,7 +93,7 @@ def check_positive(name, value):
             raise ValueError(f"`{name}` must be a positive number; got {value!r}.") from err
     value = float(value)
     if not np.isfinite(value) or value <= 0:
-        raise ValueError(f"`{name}` must be a finite number > 0 (Gamma shape/rate); got {value!r}.")
+        raise ValueError(f"`{name}` must be a finite number > 0; got {value!r}.")
     return value
 
 

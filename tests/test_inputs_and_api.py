@@ -32,6 +32,7 @@ def _fit(model, *args, **kw):
         (rvm.regression, (np.eye(2), np.ones(2)), {"b0": np.nan}, "`b0`"),
         (rvm.classification, (np.eye(3), np.array([0.0, 1.0, 2.0])), {}, "`t` must hold labels 0 or 1"),
         (rvm.classification, (np.eye(3), np.array([-1.0, 1.0, 1.0])), {}, "ppl_sbl.RVC"),
+        (rvm.classification, (np.eye(3), np.ones(3)), {}, "`t` holds only label 1; a classifier needs samples of both"),
         (rvm.regression, (np.eye(3), np.ones(3)), {"groups": np.array([0, 2, 2])}, "`groups`"),
     ],
 )
@@ -42,16 +43,26 @@ def test_bad_input_raises_a_value_error_naming_the_argument(model, args, kwargs,
 
 def test_estimator_bad_input():
     X = np.random.default_rng(0).standard_normal((10, 2))
-    with pytest.raises(ValueError, match="exactly two classes"):
-        ppl_sbl.RVC().fit(X, np.arange(10) % 3)
+    with pytest.raises(ValueError, match="holds only one class"):
+        ppl_sbl.RVC().fit(X, np.zeros(10))
+    with pytest.raises(ValueError, match="Unknown label type"):
+        ppl_sbl.RVC().fit(X, X[:, 0])
+    with pytest.raises(ValueError, match="Input y contains NaN"):
+        ppl_sbl.RVC().fit(X, np.r_[np.zeros(5), np.ones(4), np.nan])
+    with pytest.raises(ValueError, match="Reshape your data"):
+        ppl_sbl.RVR().fit(X[:, 0], X[:, 1])
     with pytest.raises(ValueError, match="not fitted"):
         ppl_sbl.RVR().predict(X)
-    with pytest.raises(ValueError, match="`X` has 3 features"):
+    with pytest.raises(ValueError, match="X has 3 features, but RVR is expecting 2"):
         ppl_sbl.RVR(progress_bar=False, max_sweeps=20).fit(X, X[:, 0]).predict(np.ones((2, 3)))
     with pytest.raises(ValueError, match="`delta`"):
         ppl_sbl.basis.rbf(X, delta=-1.0)
     with pytest.raises(ValueError, match="`tol`"):
         ppl_sbl.CAVI(rvm.regression, tol=0.0)
+    from ppl_sbl.models import gplvm
+
+    with pytest.raises(ValueError, match="`Z` must be 2-dimensional.*one_of_k"):
+        gplvm.fit(X, np.arange(10) % 2, latent_dim=2, num_inducing=3, max_steps=1)
 
 
 @pytest.mark.parametrize("name", ["rvm.regression", "rvm.classification", "robust_rvm.regression",
@@ -112,7 +123,13 @@ def test_edge_cases_stay_finite(model, problem):
     Phi, t = problem(2)
     _finite(_fit(model, np.column_stack([Phi, Phi[:, :2]]), t))  # duplicate columns
     _finite(_fit(model, np.column_stack([Phi, np.full(len(t), 3.0)]), t))  # constant column
-    _finite(_fit(model, Phi[:1], t[:1]))  # N = 1
+    if model is rvm.classification:  # one sample has one label: no classifier to fit
+        with pytest.raises(ValueError, match="holds only label"):
+            _fit(model, Phi[:1], t[:1])
+        pair = [int(np.argmin(t)), int(np.argmax(t))]
+        _finite(_fit(model, Phi[pair], t[pair]))  # N = 2, one of each label
+    else:
+        _finite(_fit(model, Phi[:1], t[:1]))  # N = 1
     wide = np.random.default_rng(0).standard_normal((len(t), 150))
     _finite(_fit(model, wide, t, max_sweeps=100))  # M >> N
     for scale in (1e-6, 1e6):
@@ -223,6 +240,10 @@ def test_cli_compare_prints_the_elbo_table(tmp_path):
     helptext = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--help"], capture_output=True,
                               text=True, cwd=tmp_path)
     assert "--dataset" in helptext.stdout and "--delta" in helptext.stdout
+    bad = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "sinc", "--delta", "-1"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode == 2 and "argument --delta: must be a finite number > 0; got -1" in bad.stderr
+    assert "Gamma" not in bad.stderr
 
 
 def test_models_are_importable_as_ppl_sbl_models():

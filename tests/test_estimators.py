@@ -1,0 +1,168 @@
+"""The scikit-learn layer: every estimator passes scikit-learn's own estimator checks (the checks
+that cannot apply are declared by the estimator, with the reason), works inside model selection,
+pickles to identical predictions, and agrees with scikit-learn where both fit the same thing."""
+import pickle
+
+import joblib
+import numpy as np
+import pytest
+from sklearn.datasets import load_iris
+from sklearn.linear_model import ARDRegression
+from sklearn.metrics.pairwise import rbf_kernel
+from sklearn.model_selection import GridSearchCV, cross_val_score
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import ppl_sbl
+from ppl_sbl import datasets
+from ppl_sbl.estimators import GPLVMClassifier, RVC, RVR, SuperSparseClassifier, SuperSparseRegressor
+
+ESTIMATORS = [
+    RVR(),
+    RVR(kernel="precomputed"),
+    RVC(),
+    RVC(multi_class="ovr"),
+    GPLVMClassifier(latent_dim=2, num_inducing=5, max_steps=10),
+    SuperSparseRegressor(max_steps=20),
+    SuperSparseClassifier(max_steps=20),
+]
+
+
+def _expected_failures(estimator):
+    declared = getattr(estimator, "_sklearn_expected_failed_checks", None)
+    return declared() if declared is not None else {}
+
+
+@parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failures)
+def test_scikit_learn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+def test_declared_failures_carry_reasons():
+    for estimator in ESTIMATORS:
+        for check, reason in _expected_failures(estimator).items():
+            assert check.startswith("check_") and len(reason) > 40, (type(estimator).__name__, check)
+
+
+@pytest.fixture(scope="module")
+def iris():
+    X, y = load_iris(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
+
+
+def test_cross_validation_and_grid_search_on_iris(iris):
+    X, y = iris
+    scores = cross_val_score(RVC(multi_class="ovr"), X, y, cv=3)
+    assert scores.shape == (3,) and np.all(scores > 0.8)
+    search = GridSearchCV(RVC(), {"multi_class": ["multinomial", "ovr"], "delta": ["scale", 0.1]}, cv=3).fit(X, y)
+    assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))
+    assert search.best_score_ > 0.85
+    assert set(search.best_params_) == {"multi_class", "delta"}
+
+
+@pytest.mark.parametrize("multi_class", ["multinomial", "ovr"])
+def test_multiclass_probabilities_sum_to_one_and_classes_keep_their_labels(iris, multi_class):
+    X, y = iris
+    names = np.array(["setosa", "versicolor", "virginica"])[y]
+    clf = RVC(multi_class=multi_class).fit(X[::2], names[::2])
+    P = clf.predict_proba(X[1::2])
+    assert P.shape == (75, 3)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-12)
+    np.testing.assert_array_equal(clf.classes_, ["setosa", "versicolor", "virginica"])
+    np.testing.assert_array_equal(clf.predict(X[1::2]), clf.classes_[P.argmax(1)])
+    assert clf.score(X[1::2], names[1::2]) > 0.85
+    assert 0 < clf.n_relevance_vectors_ == len(clf.relevance_) <= 75
+
+
+def _fitted():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    y = X[:, 0] - 0.5 * X[:, 1] ** 2 + 0.1 * rng.normal(size=60)
+    labels = np.array(["a", "b", "c"])[(X[:, 0] > 0.3).astype(int) + (X[:, 1] > 0.5).astype(int)]
+    binary = (X[:, 0] > 0).astype(int)
+    return X, [
+        RVR().fit(X, y),
+        RVR(kernel="linear").fit(X, y),
+        RVC().fit(X, binary),
+        RVC().fit(X, labels),
+        RVC(multi_class="ovr").fit(X, labels),
+        GPLVMClassifier(latent_dim=2, num_inducing=5, max_steps=10).fit(X, labels),
+        SuperSparseRegressor(max_steps=20).fit(X, y),
+        SuperSparseClassifier(max_steps=20).fit(X, labels),
+    ]
+
+
+def test_fitted_estimators_pickle_and_joblib_to_identical_predictions(tmp_path):
+    X, fitted = _fitted()
+    for i, est in enumerate(fitted):
+        for back in (pickle.loads(pickle.dumps(est)),
+                     joblib.load(joblib.dump(est, tmp_path / f"{i}.joblib")[0])):
+            np.testing.assert_array_equal(back.predict(X), est.predict(X))
+            if hasattr(est, "predict_proba"):
+                np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
+            assert back.get_params() == est.get_params()
+
+
+def test_rbf_width_scale_makes_the_fit_invariant_to_the_input_units():
+    """delta="scale" is 1 / (n_features var(X)): multiplying X by 1e6 gives the same design, so
+    the same fit; a fixed width of 1 interpolates the rescaled data instead."""
+    d = datasets.sinc(n_train=40, n_test=50, seed=0)
+    plain = RVR().fit(d.X_train, d.t_train)
+    scaled = RVR().fit(d.X_train * 1e6, d.t_train)
+    np.testing.assert_allclose(scaled.predict(d.X_test * 1e6), plain.predict(d.X_test), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(scaled.relevance_, plain.relevance_)
+    assert plain.n_relevance_vectors_ <= 10 and plain.score(d.X_test, d.t_test) > 0.8
+    fixed = RVR(delta=1.0).fit(d.X_train * 1e6, d.t_train)  # each RBF a spike at its own training point
+    assert fixed.n_relevance_vectors_ > 3 * plain.n_relevance_vectors_
+    assert fixed.score(d.X_test * 1e6, d.t_test) < 0.1
+
+
+def test_kernels_precomputed_and_callable_give_the_rbf_fit():
+    rng = np.random.default_rng(1)
+    X, X_new = rng.normal(size=(40, 2)), rng.normal(size=(9, 2))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=40)
+    rbf = RVR(delta=0.5).fit(X, y)
+    pre = RVR(kernel="precomputed").fit(rbf_kernel(X, gamma=0.5), y)
+    fun = RVR(kernel=lambda A, B: rbf_kernel(A, B, gamma=0.5)).fit(X, y)
+    want = rbf.predict(X_new)
+    np.testing.assert_allclose(pre.predict(rbf_kernel(X_new, X, gamma=0.5)), want, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(fun.predict(X_new), want, rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(pre.relevance_, rbf.relevance_)
+    assert pre.relevance_vectors_ is None and fun.relevance_vectors_.shape == (len(rbf.relevance_), 2)
+    with pytest.raises(ValueError, match="square kernel matrix"):
+        RVR(kernel="precomputed").fit(X, y)
+    with pytest.raises(ValueError, match="`kernel` must be one of"):
+        RVR(kernel="poly").fit(X, y)
+    with pytest.raises(ValueError, match="`delta` must be 'scale', 'auto' or a positive number"):
+        RVR(delta=-1.0).fit(X, y)
+
+
+def test_linear_kernel_coefficients_against_scikit_learn_ard_regression():
+    """The variational RVM on the features and scikit-learn's ARDRegression (type-II ML) find the
+    same sparse weights on a linear problem with irrelevant features."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(200, 6))
+    w = np.array([1.5, 0.0, -2.0, 0.0, 0.0, 0.7])
+    y = X @ w + 0.3 + 0.1 * rng.normal(size=200)
+    ours = RVR(kernel="linear").fit(X, y)
+    ard = ARDRegression().fit(X, y)
+    np.testing.assert_allclose(ours.coef_, ard.coef_, atol=2e-2)
+    assert abs(ours.intercept_ - ard.intercept_) < 2e-2
+    assert ours.coef_.shape == (6,) and ours.n_relevance_vectors_ == 3
+    assert ours.relevance_ is None
+    clf = RVC(kernel="linear").fit(X, (y > 0.3).astype(int))
+    assert clf.coef_.shape == (1, 6) and clf.intercept_.shape == (1,)
+
+
+def test_unconverged_fits_warn():
+    from sklearn.exceptions import ConvergenceWarning
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(30, 2))
+    with pytest.warns(ConvergenceWarning, match="max_sweeps=2"):
+        RVR(max_sweeps=2, schedule="sweep").fit(X, X[:, 0])
+
+
+def test_estimators_are_reachable_from_the_package():
+    assert ppl_sbl.RVR is RVR and ppl_sbl.RVC is RVC and ppl_sbl.GPLVMClassifier is GPLVMClassifier
+    assert "RVR" in dir(ppl_sbl)

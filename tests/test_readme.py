@@ -1,0 +1,30 @@
+"""Every Python block of README.md runs on its own, as printed: each in a fresh namespace (its own
+imports and data), in the order of the README."""
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def readme_blocks():
+    with open(os.path.join(ROOT, "README.md")) as fh:
+        return re.findall(r"```python\n(.*?)```", fh.read(), re.S)
+
+
+BLOCKS = readme_blocks()
+
+
+def test_readme_has_its_examples():
+    assert len(BLOCKS) >= 6
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_readme_block_runs_on_its_own(index, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    monkeypatch.chdir(ROOT)
+    namespace = {"__name__": "__main__"}
+    exec(compile(BLOCKS[index], f"README.md block {index}", "exec"), namespace)
