@@ -53,8 +53,8 @@ import numpyro.distributions as dist
 from jax.scipy.special import ndtri
 from numpyro.distributions import constraints
 
-__all__ = ["mills_ratio", "cone_log_normaliser", "cone_moments", "class_probabilities", "ConeTruncatedNormal",
-           "trapezoid_half_count"]
+__all__ = ["log_ndtr", "mills_ratio", "cone_log_normaliser", "cone_moments", "compiled_cone_moments",
+           "class_probabilities", "ConeTruncatedNormal", "sample_normal_below", "trapezoid_half_count"]
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 HALF_WIDTH = 8.0  # W: exp(-W^2 / 2) / W ~ 2e-15 of the mass lies beyond the window
@@ -217,6 +217,10 @@ def cone_moments(loc, label, *, square=False, covariance=False):
         cov = second - mean_e[..., :, None] * mean_e[..., None, :]
         out += (cov + variance[..., :, None] * jnp.eye(loc.shape[-1]),)
     return out
+
+
+compiled_cone_moments = jax.jit(cone_moments, static_argnames=("square", "covariance"))
+compiled_cone_moments.__doc__ = """:func:`cone_moments`, compiled once per shape and option."""
 
 
 def class_probabilities(mean, scale, *, scale_ratio=PREDICTIVE_SCALE_RATIO):

@@ -188,20 +188,16 @@ class MultinomialProbit:
     uniform = True
 
     def __init__(self, t, num_classes):
-        import jax
-
-        from ..probit import cone_moments
-
         self.t = np.asarray(t, dtype=np.int32)
         self.num_outputs = int(num_classes)
-        self._moments_of = jax.jit(lambda loc, t: cone_moments(loc, t, square=True))
-        self._curvature_of = jax.jit(lambda loc, t: cone_moments(loc, t, square=True, covariance=True))
         self.loc = np.zeros((self.t.shape[0], self.num_outputs))
         self._cov = None
         self._refresh()
 
     def _refresh(self, curvature=False):
-        out = [np.asarray(v) for v in (self._curvature_of if curvature else self._moments_of)(self.loc, self.t)]
+        from ..probit import compiled_cone_moments
+
+        out = [np.asarray(v) for v in compiled_cone_moments(self.loc, self.t, square=True, covariance=curvature)]
         self.log_z, self.mean, self.square = out[:3]
         self._cov = out[3] if curvature else None
 
