@@ -90,9 +90,9 @@ test): neither is added.
 from __future__ import annotations
 
 from .algebra import frozen_optimum, frozen_value, in_model_optimum, in_model_value
-from .factors import GaussianNoise, JaakkolaJordan, RobustGaussianNoise, RobustJaakkolaJordan
-from .schedule import (ADD, LOG_ALPHA_TOL, MAX_ALIGNMENT, REESTIMATE, UPDATE, FastFit, Moments, active_gaussian,
-                       alpha_factors, schedule)
+from .factors import GaussianNoise, JaakkolaJordan, MultinomialProbit, RobustGaussianNoise, RobustJaakkolaJordan
+from .schedule import (ADD, LOG_ALPHA_TOL, MAX_ALIGNMENT, NEWTON, REESTIMATE, UPDATE, FastFit, Moments,
+                       MultiFastFit, active_gaussian, alpha_factors, schedule)
 
 __all__ = [
     "in_model_value",
@@ -101,11 +101,13 @@ __all__ = [
     "frozen_optimum",
     "Moments",
     "FastFit",
+    "MultiFastFit",
     "schedule",
     "GaussianNoise",
     "JaakkolaJordan",
     "RobustJaakkolaJordan",
     "RobustGaussianNoise",
+    "MultinomialProbit",
     "active_gaussian",
     "alpha_factors",
     "LOG_ALPHA_TOL",
@@ -113,4 +115,5 @@ __all__ = [
     "ADD",
     "REESTIMATE",
     "UPDATE",
+    "NEWTON",
 ]

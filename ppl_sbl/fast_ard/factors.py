@@ -1,7 +1,8 @@
 """The likelihood factors of the fast schedule (:func:`ppl_sbl.fast_ard.schedule`): each gives the
 quadratic form (W, r) of its expected log-likelihood in w, its own closed-form updates given the
 moments of Phi w, and its part of the ELBO. Gaussian noise (the RVM), the Jaakkola-Jordan bound
-(RVM classification), and the robust RVM's Gamma-weighted versions of both."""
+(RVM classification), the robust RVM's Gamma-weighted versions of both, and the multinomial
+probit's q(y) (the multiclass RVM, one output per class)."""
 from __future__ import annotations
 
 import math
@@ -11,7 +12,7 @@ from scipy.special import digamma, log_expit
 
 from .algebra import LOG_2PI, _gamma_prior_and_entropy
 
-__all__ = ["GaussianNoise", "JaakkolaJordan", "RobustJaakkolaJordan", "RobustGaussianNoise"]
+__all__ = ["GaussianNoise", "JaakkolaJordan", "RobustJaakkolaJordan", "RobustGaussianNoise", "MultinomialProbit"]
 
 # regression starts with E[gamma] = 1 / (_NOISE_SHARE var(t)) (Tipping & Faul 2003, section 4)
 _NOISE_SHARE = 0.1
@@ -169,3 +170,89 @@ class RobustGaussianNoise:
             e_omega * self._square_errors(moments))
         return float(log_lik + _gamma_prior_and_entropy(np.asarray([self.e]), np.asarray([self.f]), self.e0, self.f0)
                      + _gamma_prior_and_entropy(self.omega_shape, self.omega_rate, self.c, self.d))
+
+
+class MultinomialProbit:
+    """q(y_n) of the multinomial probit (Girolami & Rogers 2006; ``rvm.multiclass``) as the factor
+    of the fast schedule with C outputs: q(y_n) = N(m~_n, I_C) restricted to the cone of class t_n.
+
+    Given q(y), output c is a regression on targets E[y_c] with unit noise precision: W_c = 1,
+    r_c = E[y_c]. Update: m~_n = E[W]^T phi_n (the optimal q(y_n) given q(W)), then ln Z_n, E[y_n]
+    and E||y_n - m~_n||^2 (and Cov[y_n] for a Newton step) by quadrature
+    (:func:`ppl_sbl.probit.cone_moments`), once per update. Both accelerations of the schedule
+    with several outputs apply: parameter expansion (:meth:`expansion`; the model is invariant
+    under (W, y) -> (c W, c y) but for the unit noise of y) and Newton steps (:meth:`curvature`;
+    ln Z_n is concave in m_n). Starts at m~ = 0.
+    """
+
+    uniform = True
+
+    def __init__(self, t, num_classes):
+        self.t = np.asarray(t, dtype=np.int32)
+        self.num_outputs = int(num_classes)
+        self.loc = np.zeros((self.t.shape[0], self.num_outputs))
+        self._cov = None
+        self._refresh()
+
+    def _refresh(self, curvature=False):
+        from ..probit import compiled_cone_moments
+
+        out = [np.asarray(v) for v in compiled_cone_moments(self.loc, self.t, square=True, covariance=curvature)]
+        self.log_z, self.mean, self.square = out[:3]
+        self._cov = out[3] if curvature else None
+
+    def weights(self, c):
+        return np.ones(self.t.shape[0]), self.mean[:, c]
+
+    def relocate(self, location, curvature=False):
+        """q(y_n) = N(m_n, I) restricted to the cone of t_n for the means m = ``location`` (N, C): the
+        optimum given a q(W) with E[W]^T phi_n = m_n; ``curvature=True`` also computes Cov[y_n]."""
+        self.loc = np.asarray(location, dtype=np.float64)
+        self._refresh(curvature)
+
+    def update(self, moments, scale=1.0, curvature=False):
+        """q(y_n): the cone-truncated N(c E[W]^T phi_n, I), with c = ``scale`` (1: the plain update; the
+        schedule's parameter expansion passes the c of :meth:`expansion`)."""
+        self.relocate(scale * np.stack([m.mean for m in moments], axis=1), curvature)
+
+    def curvature(self):
+        """dF/dm = E[y_n] - m_n and d2F/dm_n^2 = Cov[y_n] - I of F(m) = sum_n ln Z_n(m_n), the profiled
+        likelihood, at the current location (after an update with ``curvature=True``)."""
+        if self._cov is None:
+            raise RuntimeError("curvature() needs the last update made with curvature=True.")
+        return self.mean - self.loc, self._cov - np.eye(self.num_outputs)
+
+    def snapshot(self):
+        return self.loc, self.log_z, self.mean, self.square, self._cov
+
+    def restore(self, state):
+        self.loc, self.log_z, self.mean, self.square, self._cov = state
+
+    def _square_error(self, moments):
+        """S = sum_n E||y_n - W^T phi_n||^2 = sum_n E||y_n - m~_n||^2 + 2 (m~_n - m_n)^T (E[y_n] - m~_n)
+        + ||m~_n - m_n||^2, plus sum_c sum_n Var[phi_n^T w_c]; and the terms ``elbo_terms`` needs."""
+        mean = np.stack([m.mean for m in moments], axis=1)
+        offset = self.loc - mean
+        cross = float(np.sum(offset * (self.mean - self.loc)))
+        offset_sq = float(np.sum(offset * offset))
+        var_sum = sum(m.var_sum for m in moments)
+        return float(np.sum(self.square)) + 2.0 * cross + offset_sq + var_sum, cross, offset_sq, var_sum
+
+    def expansion(self, moments, alpha_sum, num_coefficients, a0, b0):
+        """The parameter-expansion step's z = c^2 (see ``rvm._multiclass_update``): with S = sum_n
+        E||y_n - W^T phi_n||^2 under the current q, A = sum E[alpha] and K = N C - 2 a0 (M C), the
+        transformed q (W -> c W, alpha -> alpha / z, y -> c y) has the ELBO of q plus
+        f(z) = -(z - 1) S / 2 + K/2 ln z - b0 (1/z - 1) A (the Jacobian, the likelihood of y and
+        the Gamma prior; the rest is invariant), concave in ln z and largest at
+        z = (K + sqrt(K^2 + 8 S b0 A)) / (2 S)."""
+        N, C = self.loc.shape
+        S = self._square_error(moments)[0]
+        K = N * C - 2.0 * a0 * num_coefficients
+        return (K + math.sqrt(K * K + 8.0 * S * b0 * alpha_sum)) / (2.0 * S)
+
+    def elbo_terms(self, moments):
+        """sum_n E[ln p(y_n | W)] + H[q(y_n)] = sum_n ln Z_n - (m~_n - m_n)^T (E[y_n] - m~_n)
+        - 1/2 ||m~_n - m_n||^2 - 1/2 sum_c Var[phi_n^T w_c] (``rvm._multiclass_elbo``), with m_n
+        and the variances from the outputs' moments."""
+        _, cross, offset_sq, var_sum = self._square_error(moments)
+        return float(np.sum(self.log_z) - cross - 0.5 * offset_sq - 0.5 * var_sum)
