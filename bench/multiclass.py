@@ -72,8 +72,11 @@ def describe_rvc(model, p):
     start = 1 if model.bias else 0
     per_class = 0
     for r in model.results_:
-        relevant = np.asarray(r.relevant)
-        per_class += int(relevant.reshape(relevant.shape[0], -1)[start:].sum())
+        if not hasattr(r.state.w, "_fields"):  # the multinomial model (a tuple of columns): each class's relevant coefficients
+            relevant = r.class_supported if r.schedule == "fast" else r.class_precision_ratio < 1.0
+        else:
+            relevant = np.asarray(r.relevant)
+        per_class += int(np.asarray(relevant)[start:].sum())
     return {"test_error": _error(model, p), "relevance_vectors": int(model.n_relevance_vectors_),
             "relevance_vectors_over_classes": per_class, "sweeps": np.asarray(model.n_iter_).tolist()}
 

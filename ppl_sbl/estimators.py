@@ -134,16 +134,19 @@ class _RVMBase(BaseEstimator):
             self.relevance_ = self.relevance_vectors_ = None
         self.n_relevance_vectors_ = int(masks.any(axis=0).sum())
 
-    def _weights(self, result):
-        return np.asarray(result.state.w.mean)
+    @staticmethod
+    def _weights(result):
+        """The posterior mean weights of a result, one row per class's weight vector (C, M)."""
+        w = result.state.w  # one ActiveGaussian, or a tuple of them (the multinomial model's columns)
+        return np.asarray(w.mean)[None] if hasattr(w, "_fields") else np.array([np.asarray(q.mean) for q in w])
 
     def _set_linear(self, results, single):
         if self.kernel != "linear":
             return
-        W = np.array([self._weights(r) for r in results])
+        W = np.concatenate([self._weights(r) for r in results])
         start = 1 if self.bias else 0
         self.coef_ = W[0, start:] if single else W[:, start:]
-        intercept = W[:, 0] if self.bias else np.zeros(len(results))
+        intercept = W[:, 0] if self.bias else np.zeros(W.shape[0])
         self.intercept_ = float(intercept[0]) if single else intercept
 
 
@@ -279,22 +282,12 @@ class RVC(ClassifierMixin, _RVMBase):
         self.result_ = self.results_[0] if single else None
         self._finish(self.results_, X.shape[0])
         if self.kernel == "linear":
-            if C > 2 and single:
-                W = np.asarray(self.result_.state.w_mean) if hasattr(self.result_.state, "w_mean") else None
-                self._set_multinomial_linear(W)
-            else:
-                self._set_linear(self.results_, single=False)
+            self._set_linear(self.results_, single=False)
         elbos = np.array([r.elbo for r in self.results_])
         sweeps = np.array([r.num_sweeps for r in self.results_])
         self.elbo_ = float(elbos[0]) if single else elbos
         self.n_iter_ = int(sweeps[0]) if single else sweeps
         return self
-
-    def _set_multinomial_linear(self, W):
-        weights = np.asarray(self.result_.coefficients) if W is None else W  # (M, C)
-        start = 1 if self.bias else 0
-        self.coef_ = weights[start:].T
-        self.intercept_ = weights[0] if self.bias else np.zeros(weights.shape[1])
 
     def predict_proba(self, X):
         """Class probabilities, columns in the order of ``classes_``, with q(w) integrated out."""
