@@ -39,9 +39,9 @@ class ClosedFormGuide(NamedTuple):
     prepare(*args, **kwargs) -> data
         Validate the model's arguments and precompute constants (a NamedTuple of arrays).
     init(data) -> state
-        The default starting point. The hand-written guides start at the data's scale (E[gamma] =
-        10 / var(t), E[alpha_k] the unit-information prior h_k / N, xi = 1), so that rescaling
-        Phi or t rescales the whole sequence of sweeps; derived guides at the Gamma priors.
+        The default starting point, at the data's scale (E[gamma] = 10 / var(t), E[alpha_k] the
+        unit-information prior h_k / N, xi = 1; derived guides alike, :mod:`ppl_sbl.derived`),
+        so that rescaling Phi or t rescales the whole sequence of sweeps.
     update(state, data) -> state
         One sweep of the closed-form updates, local-bound parameters included.
     elbo(state, data) -> scalar
@@ -327,7 +327,9 @@ class CAVI:
         tolerance, a coordinate update gaining the KL divergence by which it moves its factor).
         The sweeps start from the data's scale (each model's ``init``: E[gamma] from var(t),
         E[alpha_k] the unit-information prior), so that scaling Phi or t changes neither the
-        sweeps nor the fit beyond the hyperpriors' influence.
+        sweeps nor the fit beyond the hyperpriors' influence. The state's part is unit-free; the
+        ELBO's is relative to |L_t|, which scaling t by r shifts by -N ln r (the likelihood's
+        units), so the sweep at which a fit stops can move a little with the target's units.
     max_sweeps : int
         Upper limit on the number of sweeps.
     prune : bool
@@ -543,9 +545,10 @@ def _fit_loop(guide, data, tol, max_sweeps, init_state, record):
 def fit(guide: ClosedFormGuide, data, *, tol=1e-9, max_sweeps=20000, init_state=None):
     """CAVI as one pure function (``lax.while_loop``, no pruning): jit- and vmap-able.
 
-    Returns ``(state, elbo, num_sweeps, converged)``. Use it to fit many problems of the same
-    shape at once, e.g. ``jax.vmap(lambda d: fit(guide, d))(stacked_data)``, or use
-    :func:`fit_grid`, which does that for a list of designs and returns results.
+    Returns ``(state, elbo, num_sweeps, converged)``, ``converged`` by the stopping rule of
+    :class:`CAVI` (the ELBO's and the state's change over the last sweep). Use it to fit many
+    problems of the same shape at once, e.g. ``jax.vmap(lambda d: fit(guide, d))(stacked_data)``,
+    or use :func:`fit_grid`, which does that for a list of designs and returns results.
     """
     return _fit_loop(guide, data, tol, max_sweeps, init_state, record=False)[:4]
 
