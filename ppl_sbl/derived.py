@@ -35,7 +35,11 @@ factors (in that order), then the local-bound parameters, as the hand-written gu
 :mod:`ppl_sbl.models` do; the ELBO is the expected log joint plus the entropies. A Gaussian factor
 whose terms are diagonal priors and one shared-precision likelihood with a low-rank Gram matrix
 is kept in factored form and updated by Woodbury (:func:`ppl_sbl.gaussian.update_active_gaussian`),
-as the hand-written RVM does; derived guides do not prune. :func:`derived_guide` returns the
+as the hand-written RVM does; derived guides do not prune. The sweeps start where the
+hand-written guides start, at the data's scale: a noise precision shared by every point of an
+observed Normal site at 10 / var(observed values), each Gaussian factor's prior precision at the
+unit-information prior (the precision the other terms give each element, over the number of
+observations), every other Gamma factor at its prior. :func:`derived_guide` returns the
 :class:`~ppl_sbl.inference.ClosedFormGuide` that :class:`~ppl_sbl.inference.CAVI` runs.
 """
 from __future__ import annotations
@@ -606,7 +610,8 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
                                                factor=data.terms[factor_term[f]].F[f]) if f in lowrank
                    else jnp.eye(sizes[f])) for f in gauss}
         state = DerivedState(mean={f: jnp.zeros(sizes[f]) for f in gauss}, cov=cov,
-                             shape={n: data.priors[n].shape for n in gamma}, rate={n: data.priors[n].rate for n in gamma},
+                             shape={n: data.priors[n].shape for n in gamma},
+                             rate={n: data.priors[n].rate for n in gamma},
                              xi={n: jnp.ones_like(t.s) for n, t in data.jj.items()},
                              logdet={f: jnp.zeros(()) for f in gauss},
                              log_eta={n: jnp.zeros(t.idx.shape) for n, t in data.sums.items()})  # eta = 1

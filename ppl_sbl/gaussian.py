@@ -392,8 +392,8 @@ def prune(q: ActiveGaussian, prior_precision, data_precision_diag, threshold) ->
     frozen_var = q.frozen_var.at[target].set(1.0 / (p_slot + h_slot), mode="drop")
     mean = q.mean.at[target].set(0.0, mode="drop")
     index = jnp.where(drop, m, q.index).astype(q.index.dtype)
-    # the remaining slots keep their (marginal) covariance; cov and log_det are recomputed by the
-    # q(w) update that follows, which is the only consumer of a pruned state inside CAVI
+    # the remaining slots keep their (marginal) covariance; cov, log_det and factor_var are
+    # recomputed by the q(w) update that follows, the only consumer of a pruned state inside CAVI
     return ActiveGaussian(mean, q.cov, q.base, index, frozen_var, q.log_det, q.factor_var)
 
 
