@@ -224,14 +224,25 @@ def _state_tol(tol):
 
 
 def _compiled_sweep(guide):
-    """One sweep of updates followed by the ELBO of the updated state and the state's change."""
+    """One sweep of updates followed by the ELBO of the updated state."""
+
+    def sweep(state, data):
+        state = guide.update(state, data)
+        return state, guide.elbo(state, data)
+
+    return _compiled("sweep", guide, sweep)
+
+
+def _compiled_watched_sweep(guide):
+    """One sweep of updates followed by the ELBO of the updated state and the state's change
+    (:func:`_state_change`)."""
 
     def sweep(state, data):
         before = _summary(guide, state, data)
         state = guide.update(state, data)
         return state, guide.elbo(state, data), _state_change(before, _summary(guide, state, data))
 
-    return _compiled("sweep", guide, sweep)
+    return _compiled("watched sweep", guide, sweep)
 
 
 _CHUNK = 256  # sweeps one compiled call may run before it hands the trace back
@@ -392,7 +403,7 @@ class CAVI:
         threshold = jnp.asarray(self.prune_threshold, dtype=jnp.float64)
         do_prune = bool(self.prune) and bool(_active_gaussians(state))
 
-        sweep = _compiled_sweep(g)
+        sweep = _compiled_watched_sweep(g)
         chunk = _compiled_chunk(g)
         tol = jnp.asarray(self.tol, dtype=jnp.float64)
         prune_after = jnp.asarray(self.prune_after, dtype=jnp.float64)
