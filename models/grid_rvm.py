@@ -30,8 +30,10 @@ and for K axes the same, axis after axis, each with the newest factors of the ot
 sum rule with r_k = eta_k / sum_l eta_l). The ELBO is (10) (with the JJ bound (27): (28); for the
 s-grid with the log-sum bound (31): (32)), evaluated with (19)-(26), where (23) is read as
 E[beta_j] = c_j / d_j and (26) as E[ln gamma] = psi(e) - ln f (the printed versions are
-misprints). The s-grid starts from eta = zeta = 1; since both that start and (35) depend on one
-index only, eta and zeta are stored as one vector per axis (``log_eta``). ``elbo_exact`` replaces
+misprints). The sweeps start from the precision factors that match each cell's unit-information
+prior (``_init_axes``; the s-grid's eta = zeta there, responsibilities 1/2, as the paper's eta =
+zeta = 1); since both that start and (35) depend on one index only, eta and zeta are stored as one
+vector per axis (``log_eta``). ``elbo_exact`` replaces
 each local bound by the exact expectation (E[ln(alpha_i + beta_j)] by a one-dimensional
 integral, see :func:`ppl_sbl.bounds.expected_log_sum_gamma`), and ``result.bound_gaps`` says how
 many nats each bound loses.
@@ -152,7 +154,7 @@ jax.tree_util.register_pytree_node(
 class GridRegressionState(NamedTuple):
     """w: q(w); shapes, rates: tuples of (M_k,) Gamma parameters, one per axis; gamma_shape,
     gamma_rate; log_eta: s-grid only, one (M_k,) vector of ln eta per axis (eta_ij = eta_i,
-    zeta_ij = zeta_j: the start eta = zeta = 1 and update (35) both depend on one index only),
+    zeta_ij = zeta_j: the start and update (35) both depend on one index only),
     an empty tuple for the p-grid."""
 
     w: G.ActiveGaussian
@@ -278,10 +280,34 @@ def _log_sum_gap(state, data):
     return 0.5 * jnp.sum(exact - bound)
 
 
-def _init_axes(data):
-    shapes = tuple(jnp.full(m, a) for m, a in zip(data.table_shape, data.prior_shapes))
-    rates = tuple(jnp.full(m, b) for m, b in zip(data.table_shape, data.prior_rates))
-    log_eta = tuple(jnp.zeros(m) for m in data.table_shape) if data.kind == "s" else ()  # eta = zeta = 1
+def _init_axes(data, data_precision):
+    """The precision factors at the start, from ``data_precision`` (M,), the precision the data
+    give each cell at the likelihood's start: each cell's target is the unit-information prior
+    h / N (:func:`ppl_sbl.gaussian.start_prior_precision`); the product rule matches its logarithm
+    by least squares, sum_k ln E[x_k] = main effects (one effect per index of each axis) plus the
+    grand mean, shared among the axes as the minimum-norm solution shares it (in proportion to
+    1 / M_k), the sum rule gives every axis an equal share of its geometric mean (derived guides
+    start the same way, :mod:`ppl_sbl.derived`).
+    Shapes start at their value after a sweep of the product rule, a0 + (cells per index) / 2, and
+    the s-grid's eta at exp(ln E[x]) (so eta = zeta, responsibilities 1/2, as the paper's eta =
+    zeta = 1)."""
+    ts = data.table_shape
+    K = len(ts)
+    size = int(np.prod(ts))
+    log_target = jnp.log(G.start_prior_precision(data_precision, data.Phi.shape[0])).reshape(ts)
+    grand = jnp.mean(log_target)
+    if data.kind == "p":
+        logs = []
+        inverse = sum(1.0 / m for m in ts)
+        for k in range(K):
+            other = tuple(l for l in range(K) if l != k)
+            effect = jnp.mean(log_target, axis=other) - grand
+            logs.append(effect + grand / (ts[k] * inverse))
+    else:
+        logs = [jnp.full(m, grand - np.log(K)) for m in ts]
+    shapes = tuple(a + 0.5 * (size // m) * jnp.ones(m) for m, a in zip(ts, data.prior_shapes))
+    rates = tuple(a / jnp.exp(lg) for a, lg in zip(shapes, logs))
+    log_eta = tuple(logs) if data.kind == "s" else ()
     return shapes, rates, log_eta
 
 
@@ -321,9 +347,13 @@ def _reg_prepare(X, t=None, *, kind="p", a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, e0=
 
 
 def _reg_init(data):
-    shapes, rates, log_eta = _init_axes(data)
-    w = G.init_active_gaussian(data.Phi.shape[1], L.gaussian_rank(data.lik))
-    return GridRegressionState(w, shapes, rates, data.lik.e0, data.lik.f0, log_eta)
+    """The start: E[gamma] = 10 / var(t) (:func:`ppl_sbl.likelihoods.start_noise_precision`), the
+    precision factors from the data precision E[gamma] ||phi_k||^2 (:func:`_init_axes`)."""
+    e_gamma = L.start_noise_precision(data.t)
+    gamma_shape = data.lik.e0 + 0.5 * data.Phi.shape[0]
+    shapes, rates, log_eta = _init_axes(data, e_gamma * data.lik.col_sq)
+    w = G.init_active_gaussian(data.Phi.shape[1], L.gaussian_rank(data.lik), factor=data.lik.gram_factor)
+    return GridRegressionState(w, shapes, rates, gamma_shape, gamma_shape / e_gamma, log_eta)
 
 
 def _reg_update(state, data):
@@ -374,9 +404,13 @@ def _clf_prepare(X, t=None, *, kind="p", a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, axi
 
 
 def _clf_init(data):
-    shapes, rates, log_eta = _init_axes(data)
+    """The start: xi = 1, the precision factors from the data precision 2 lambda(1) ||phi_k||^2
+    (:func:`_init_axes`)."""
+    xi = jnp.ones(data.Phi.shape[0])
+    shapes, rates, log_eta = _init_axes(data, L.jj_data_precision(xi, data.lik))
     return GridClassificationState(
-        G.init_active_gaussian(data.Phi.shape[1], L.jj_rank(data.lik)), shapes, rates, jnp.ones(data.Phi.shape[0]), log_eta
+        G.init_active_gaussian(data.Phi.shape[1], L.jj_rank(data.lik), factor=data.Phi.T), shapes, rates, xi,
+        log_eta
     )
 
 

@@ -29,7 +29,8 @@ the paper (renormalising it would change the bound (17)). Under ``Predictive`` w
 labels are drawn from the unweighted Bernoulli, and the pointwise log-likelihood exported for
 ``az.loo`` (``to_inference_data``) is the unweighted ln p(t_n | w).
 
-Closed-form guide (classification), one sweep in the paper's order, from the priors and xi = 1:
+Closed-form guide (classification), one sweep in the paper's order, from q(omega) at its prior, xi = 1
+and E[alpha_k] at the unit-information prior (``ppl_sbl.gaussian.start_prior_precision``):
 
     Sigma = (diag E[alpha] + 2 sum_n E[omega_n] lambda(xi_n) phi_n phi_n^T)^-1       (10)
     mu = Sigma sum_n E[omega_n] (t_n - 1/2) phi_n                                    (11)
@@ -73,7 +74,8 @@ from ppl_sbl.bounds import expected_sigmoid
 from ppl_sbl.inference import ClosedFormGuide, closed_form_guide
 from ppl_sbl.validation import check_design, check_positive
 
-from .rvm import RVMData, _alpha_terms, _ard_prior, _check_new_design, _prior_precision, _rvm_data, _update_alpha
+from .rvm import (RVMData, _alpha_terms, _ard_prior, _check_new_design, _prior_precision, _rvm_data, _start_alpha,
+                  _update_alpha)
 from .rvm import _make_guide as _rvm_make_guide
 
 __all__ = [
@@ -174,14 +176,18 @@ def _classification_prepare(Phi, t=None, *, a=1e-5, b=1e-5, c=DEFAULT_R, d=DEFAU
 
 
 def _classification_init(data: RobustData) -> ClassificationState:
+    """The start: q(omega_n) at its prior, xi = 1, E[alpha_k] = h_k / N with h_k the data
+    precision 2 E[omega] lambda(1) ||phi_k||^2 there (:func:`ppl_sbl.gaussian.start_prior_precision`)."""
     N, M = data.Phi.shape
+    omega_shape, omega_rate, xi = jnp.full((N,), data.c), jnp.full((N,), data.d), jnp.ones(N)
+    alpha_shape, alpha_rate = _start_alpha(data.base, L.jj_data_precision(xi, data.base.lik, omega_shape / omega_rate))
     return ClassificationState(
-        w=G.init_active_gaussian(M, L.jj_rank(data.base.lik)),
-        alpha_shape=jnp.full((M,), data.base.a0),
-        alpha_rate=jnp.full((M,), data.base.b0),
-        omega_shape=jnp.full((N,), data.c),
-        omega_rate=jnp.full((N,), data.d),
-        xi=jnp.ones(N),
+        w=G.init_active_gaussian(M, L.jj_rank(data.base.lik), factor=data.Phi.T),
+        alpha_shape=alpha_shape,
+        alpha_rate=alpha_rate,
+        omega_shape=omega_shape,
+        omega_rate=omega_rate,
+        xi=xi,
     )
 
 
@@ -287,21 +293,29 @@ def _regression_prepare(Phi, t=None, *, a=1e-6, b=1e-6, c=2.0, d=2.0, e0=1e-6, f
 
 
 def _regression_init(data: RobustData) -> RegressionState:
+    """The start: q(omega_n) at its prior, E[gamma] = 10 / var(t)
+    (:func:`ppl_sbl.likelihoods.start_noise_precision`), E[alpha_k] = h_k / N with h_k =
+    E[gamma] E[omega] ||phi_k||^2 (:func:`ppl_sbl.gaussian.start_prior_precision`)."""
     N, M = data.Phi.shape
+    omega_shape, omega_rate = jnp.full((N,), data.c), jnp.full((N,), data.d)
+    e_gamma = L.start_noise_precision(data.t)
+    gamma_shape = data.e0 + 0.5 * N
+    weights = e_gamma * omega_shape / omega_rate
+    alpha_shape, alpha_rate = _start_alpha(data.base, (data.Phi**2).T @ weights)
     return RegressionState(
-        w=G.init_active_gaussian(M, L.diagonal_rank(data.Phi)),
-        alpha_shape=jnp.full((M,), data.base.a0),
-        alpha_rate=jnp.full((M,), data.base.b0),
-        omega_shape=jnp.full((N,), data.c),
-        omega_rate=jnp.full((N,), data.d),
-        gamma_shape=data.e0,
-        gamma_rate=data.f0,
+        w=G.init_active_gaussian(M, L.diagonal_rank(data.Phi), factor=data.Phi.T),
+        alpha_shape=alpha_shape,
+        alpha_rate=alpha_rate,
+        omega_shape=omega_shape,
+        omega_rate=omega_rate,
+        gamma_shape=gamma_shape,
+        gamma_rate=gamma_shape / e_gamma,
     )
 
 
 def _square_errors(w, data):
     """E[r_n^2] = (t_n - phi_n^T mu)^2 + phi_n^T Sigma phi_n, shape (N,)."""
-    mean, var = G.linear_moments(w, data.Phi)
+    mean, var = L.training_moments(w, data.Phi)
     return (data.t - mean) ** 2 + var
 
 

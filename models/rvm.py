@@ -194,13 +194,28 @@ def _regression_prepare(Phi, t=None, *, a0=1e-6, b0=1e-6, e0=1e-6, f0=1e-6, grou
     return _rvm_data(L.prepare_gaussian(Phi, t, _scalar("e0", e0), _scalar("f0", f0)), groups, a0, b0)
 
 
+def _start_alpha(data: RVMData, data_precision):
+    """q(alpha) at the start: shape a0 + n_g/2 (its value after every sweep) and the mean
+    :func:`ppl_sbl.gaussian.start_prior_precision` of ``data_precision`` (M,), the precision the
+    data give each coefficient at the likelihood's start."""
+    shape = data.a0 + 0.5 * data.group_sizes
+    prior = G.start_prior_precision(data_precision, data.Phi.shape[0], data.groups, data.group_sizes.shape[0])
+    return shape, shape / prior
+
+
 def _regression_init(data: RegressionData) -> RegressionState:
+    """The start: E[gamma] = 10 / var(t) (:func:`ppl_sbl.likelihoods.start_noise_precision`) and
+    E[alpha_k] = E[gamma] ||phi_k||^2 / N (the unit-information prior,
+    :func:`ppl_sbl.gaussian.start_prior_precision`), both scaling with the data."""
+    e_gamma = L.start_noise_precision(data.t)
+    gamma_shape = data.lik.e0 + 0.5 * data.Phi.shape[0]
+    alpha_shape, alpha_rate = _start_alpha(data, e_gamma * data.lik.col_sq)
     return RegressionState(
-        w=G.init_active_gaussian(data.Phi.shape[1], L.gaussian_rank(data.lik)),
-        alpha_shape=jnp.full_like(data.group_sizes, data.a0),
-        alpha_rate=jnp.full_like(data.group_sizes, data.b0),
-        gamma_shape=data.lik.e0,
-        gamma_rate=data.lik.f0,
+        w=G.init_active_gaussian(data.Phi.shape[1], L.gaussian_rank(data.lik), factor=data.lik.gram_factor),
+        alpha_shape=alpha_shape,
+        alpha_rate=alpha_rate,
+        gamma_shape=gamma_shape,
+        gamma_rate=gamma_shape / e_gamma,
     )
 
 
@@ -303,12 +318,16 @@ def _classification_prepare(Phi, t=None, *, a0=1e-6, b0=1e-6, groups=None):
 
 
 def _classification_init(data: ClassificationData) -> ClassificationState:
+    """The start: xi = 1 and E[alpha_k] = h_k / N with h_k = 2 lambda(1) ||phi_k||^2 (the
+    unit-information prior, :func:`ppl_sbl.gaussian.start_prior_precision`)."""
     N, M = data.Phi.shape
+    xi = jnp.ones(N)
+    alpha_shape, alpha_rate = _start_alpha(data, L.jj_data_precision(xi, data.lik))
     return ClassificationState(
-        w=G.init_active_gaussian(M, L.jj_rank(data.lik)),
-        alpha_shape=jnp.full_like(data.group_sizes, data.a0),
-        alpha_rate=jnp.full_like(data.group_sizes, data.b0),
-        xi=jnp.ones(N),
+        w=G.init_active_gaussian(M, L.jj_rank(data.lik), factor=data.Phi.T),
+        alpha_shape=alpha_shape,
+        alpha_rate=alpha_rate,
+        xi=xi,
     )
 
 

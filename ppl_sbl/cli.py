@@ -279,7 +279,9 @@ def build_parser():
                      help="digits-verification only: the super-sparse ridge penalty lambda (default 1e-3)")
     cmp.add_argument("--prototype-steps", type=int, default=200,
                      help="digits-verification only: gradient steps on the prototypes at most (default 200)")
-    cmp.add_argument("--tol", type=float, default=1e-9, help="relative ELBO change at which CAVI stops (default 1e-9)")
+    cmp.add_argument("--tol", type=float, default=1e-9,
+                     help="CAVI stops once a sweep changes the ELBO by at most tol (relative) and the state by at most "
+                     "sqrt(tol) (default 1e-9)")
     cmp.add_argument("--max-sweeps", type=int, default=20000, help="upper limit on CAVI sweeps (default 20000)")
     cmp.add_argument("--progress", action="store_true", default=None, help="always show progress bars")
     cmp.set_defaults(func=compare_command)

@@ -35,7 +35,11 @@ factors (in that order), then the local-bound parameters, as the hand-written gu
 :mod:`ppl_sbl.models` do; the ELBO is the expected log joint plus the entropies. A Gaussian factor
 whose terms are diagonal priors and one shared-precision likelihood with a low-rank Gram matrix
 is kept in factored form and updated by Woodbury (:func:`ppl_sbl.gaussian.update_active_gaussian`),
-as the hand-written RVM does; derived guides do not prune. :func:`derived_guide` returns the
+as the hand-written RVM does; derived guides do not prune. The sweeps start where the
+hand-written guides start, at the data's scale: a noise precision shared by every point of an
+observed Normal site at 10 / var(observed values), each Gaussian factor's prior precision at the
+unit-information prior (the precision the other terms give each element, over the number of
+observations), every other Gamma factor at its prior. :func:`derived_guide` returns the
 :class:`~ppl_sbl.inference.ClosedFormGuide` that :class:`~ppl_sbl.inference.CAVI` runs.
 """
 from __future__ import annotations
@@ -574,8 +578,9 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
         if f not in lowrank:
             return state.cov[f] + jnp.outer(m, m)
         q, F = state.cov[f], data.terms[factor_term[f]].F[f]
-        sigma_f = _gauss.covariance_matmul(q, F)  # Sigma F, (D, r)
-        return (_gauss.covariance_diagonal(q) + m ** 2, jnp.sum(F * sigma_f) + jnp.sum((F.T @ m) ** 2))
+        # tr(F^T Sigma F) as kept by the update (``factor_var``: no cancellation where the data
+        # dominate the prior)
+        return (_gauss.covariance_diagonal(q) + m ** 2, jnp.sum(q.factor_var) + jnp.sum((F.T @ m) ** 2))
 
     def gamma_moments(state):
         g_shape, g_rate = _stack(state.shape, gamma), _stack(state.rate, gamma)
@@ -601,13 +606,81 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
         return data
 
     def init(data):
-        cov = {f: (_gauss.init_active_gaussian(sizes[f], data.terms[factor_term[f]].F[f].shape[1]) if f in lowrank
+        cov = {f: (_gauss.init_active_gaussian(sizes[f], data.terms[factor_term[f]].F[f].shape[1],
+                                               factor=data.terms[factor_term[f]].F[f]) if f in lowrank
                    else jnp.eye(sizes[f])) for f in gauss}
-        return DerivedState(mean={f: jnp.zeros(sizes[f]) for f in gauss}, cov=cov,
-                            shape={n: data.priors[n].shape for n in gamma}, rate={n: data.priors[n].rate for n in gamma},
-                            xi={n: jnp.ones_like(t.s) for n, t in data.jj.items()},
-                            logdet={f: jnp.zeros(()) for f in gauss},
-                            log_eta={n: jnp.zeros(t.idx.shape) for n, t in data.sums.items()})  # eta = 1
+        state = DerivedState(mean={f: jnp.zeros(sizes[f]) for f in gauss}, cov=cov,
+                             shape={n: data.priors[n].shape for n in gamma},
+                             rate={n: data.priors[n].rate for n in gamma},
+                             xi={n: jnp.ones_like(t.s) for n, t in data.jj.items()},
+                             logdet={f: jnp.zeros(()) for f in gauss},
+                             log_eta={n: jnp.zeros(t.idx.shape) for n, t in data.sums.items()})  # eta = 1
+        return start(state, data)
+
+    def start(state, data):
+        """The Gamma factors' means at the data's scale, as the hand-written guides start
+        (:mod:`ppl_sbl.models.rvm`): (1) the Gamma elements in the precision of every row of an
+        observed Normal site (a shared noise precision) at 10 / var(observed values) (divided
+        evenly in logarithm among them, the constant factor of the precision taken out); (2) the
+        Gamma elements in the precision of each Gaussian factor's own prior so that this
+        precision matches the unit-information prior h_k / N
+        (:func:`ppl_sbl.gaussian.start_prior_precision`), h_k the precision the other terms give
+        element k at this start and N the number of observations: by least squares in logarithm
+        (minimum norm) for a product of Gamma elements, evenly for a sum. Every other Gamma
+        element stays at its prior."""
+        g_mean, _ = gamma_moments(state)
+        log_mean, changed = jnp.log(g_mean), jnp.zeros(total, dtype=bool)
+
+        def counts(index):  # how many rows of an index list (rows, k) hold each Gamma element
+            index = jnp.asarray(index).reshape(index.shape[0], -1)
+            return jnp.sum(jax.nn.one_hot(index, total + 1, dtype=jnp.float64), axis=(0, 1))[:total]
+
+        for name, t in data.terms.items():  # (1) shared precisions of observed Normal sites
+            if name not in data.observed or t.A.shape[1] == 0:
+                continue
+            shared = counts(t.A) == t.A.shape[0]
+            y = jnp.asarray(data.observed[name]).reshape(-1)
+            spread = jnp.var(y)
+            spread = jnp.where(spread > 0, spread, jnp.mean(y * y))
+            target = jnp.log(10.0 / jnp.where(spread > 0, spread, 1.0)) - jnp.mean(t.c)
+            log_mean = jnp.where(shared, target / jnp.maximum(jnp.sum(shared), 1), log_mean)
+            changed = changed | shared
+        n_obs = sum(int(np.prod(jnp.shape(v))) for v in data.observed.values())
+        for f in gauss:  # (2) each Gaussian factor's own prior precision
+            own, own_sum = data.terms.get(f), data.sums.get(f)
+            if own is None and own_sum is None:
+                continue
+            others = DerivedData({k: v for k, v in data.terms.items() if k != f}, data.jj, data.priors,
+                                 {k: v for k, v in data.sums.items() if k != f}, {})
+            g_now = jnp.exp(log_mean)
+            means, second, _, _ = moments(state, data)
+            _, d_second = grad_gauss(others, means, second, g_now, log_mean, (state.xi, state.log_eta))
+            if f in lowrank:
+                F = data.terms[factor_term[f]].F[f]
+                h = -2.0 * d_second[f][0] - 2.0 * d_second[f][1] * jnp.sum(F ** 2, 1)
+            else:
+                h = -2.0 * jnp.diag(d_second[f])
+            log_target = jnp.log(_gauss.start_prior_precision(h, n_obs))
+            if own_sum is not None:
+                mask = counts(own_sum.idx) > 0
+                log_mean = jnp.where(mask, jnp.mean(log_target) - np.log(own_sum.idx.shape[1]), log_mean)
+                changed = changed | mask
+                continue
+            if own.A.shape[1] == 0:
+                continue
+            y = log_target - own.c
+            mask = counts(own.A) > 0
+            if own.A.shape[1] == 1:  # one element per row: the mean over the rows holding it
+                total_y = jax.ops.segment_sum(y, own.A[:, 0], num_segments=total + 1)[:total]
+                u = total_y / jnp.maximum(counts(own.A), 1.0)
+            else:  # a product: the minimum-norm least-squares solution
+                design = jnp.sum(jax.nn.one_hot(own.A, total + 1, dtype=jnp.float64), axis=1)[:, :total]
+                u = jnp.linalg.pinv(design) @ y
+            log_mean = jnp.where(mask, u, log_mean)
+            changed = changed | mask
+        shape = _stack(state.shape, gamma)
+        rate = jnp.where(changed, shape / jnp.exp(log_mean), _stack(state.rate, gamma))
+        return state._replace(rate=_unstack(rate, gamma, sizes))
 
     def update(state, data):
         for f in gauss:  # Gaussian factors first, in the model's order
@@ -618,6 +691,7 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
                 F = data.terms[factor_term[f]].F[f]
                 q = _gauss.update_active_gaussian(state.cov[f], -2.0 * d_diag, None, d_mean[f],
                                                   jnp.zeros(sizes[f]), data_factor=F * jnp.sqrt(-2.0 * d_quad))
+                q = _gauss.factor_variance(q, -2.0 * d_quad)
                 state = state._replace(mean={**state.mean, f: q.mean}, cov={**state.cov, f: q},
                                        logdet={**state.logdet, f: q.log_det})
                 continue

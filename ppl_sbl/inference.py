@@ -6,14 +6,15 @@ pattern), attached to the model with :func:`closed_form_guide` so that ``CAVI(mo
 it::
 
     data  = guide.prepare(*args, **kwargs)   # validated arrays and hyperparameters, once
-    state = guide.init(data)                 # every Gamma factor at its prior, xi = 1
+    state = guide.init(data)                 # the start, at the data's scale
     state = guide.update(state, data)        # one full sweep of the paper's updates
     value = guide.elbo(state, data)          # the analytic objective the sweeps maximise
     fn    = guide.guide(state)               # a NumPyro guide with the model's signature
 
-``CAVI.run`` jit-compiles one sweep once, iterates until the relative ELBO change is below
-``tol``, prunes basis functions whose precision has diverged (see :mod:`ppl_sbl.gaussian`),
-and returns a :class:`CAVIResult`. :func:`fit` is the same loop as a pure ``lax.while_loop``
+``CAVI.run`` jit-compiles one sweep once, iterates to the fixed point (the relative change of
+the ELBO below ``tol`` and that of the state below sqrt(``tol``), see :class:`CAVI`), prunes
+basis functions whose precision has diverged (see :mod:`ppl_sbl.gaussian`), and returns a
+:class:`CAVIResult`. :func:`fit` is the same loop as a pure ``lax.while_loop``
 (no pruning) that can be jitted and vmapped, e.g. over a grid of kernel widths.
 """
 from __future__ import annotations
@@ -40,7 +41,9 @@ class ClosedFormGuide(NamedTuple):
     prepare(*args, **kwargs) -> data
         Validate the model's arguments and precompute constants (a NamedTuple of arrays).
     init(data) -> state
-        The default starting point (every Gamma factor at its prior; xi = 1).
+        The default starting point, at the data's scale (E[gamma] = 10 / var(t), E[alpha_k] the
+        unit-information prior h_k / N, xi = 1; derived guides alike, :mod:`ppl_sbl.derived`),
+        so that rescaling Phi or t rescales the whole sequence of sweeps.
     update(state, data) -> state
         One sweep of the closed-form updates, local-bound parameters included.
     elbo(state, data) -> scalar
@@ -187,6 +190,41 @@ def _compiled(name, guide, fn):
     return _SWEEPS[key][1]
 
 
+def _summary(guide, state, data):
+    """What the stopping rule watches of a state (:func:`_state_change`): the prior precision P_k
+    and the data precision h_k of every coefficient (``guide.relevance``), and the share of w_k's
+    precision that the data give it, c_k / (P_k + c_k), with c_k the data precision given the
+    other coefficients where the state holds an ActiveGaussian (h_k otherwise)."""
+    prior, data_precision = guide.relevance(state, data)
+    fields = _active_gaussians(state)
+    given = data_precision
+    if fields:
+        given = _gauss.conditional_data_precision(getattr(state, fields[0]), prior, data_precision)
+    share = given / jnp.maximum(prior + given, 1e-300)
+    return prior, data_precision, share
+
+
+def _state_change(old, new):
+    """The relative change of the state between two :func:`_summary` values: the largest, over
+    the coefficients, of |Delta P_k| / P_k weighted by the data's share of w_k's precision (a
+    coefficient the data do not determine can drift slowly towards an infinite precision without
+    changing the fit) and of |Delta h_k| / h_k (the likelihood's factors: E[gamma], xi, the
+    robust weights). Scale-free: rescaling Phi or t leaves it unchanged."""
+
+    def relative(a, b):
+        return jnp.abs(a - b) / jnp.maximum(jnp.maximum(jnp.abs(a), jnp.abs(b)), 1e-300)
+
+    (p0, h0, _), (p1, h1, share) = old, new
+    return jnp.maximum(jnp.max(share * relative(p1, p0), initial=0.0), jnp.max(relative(h1, h0), initial=0.0))
+
+
+def _state_tol(tol):
+    """The stopping rule's bound on :func:`_state_change`: sqrt(tol). A coordinate update's ELBO
+    gain is the KL divergence by which it moves its factor, about (Delta ln x)^2 / 4 nats for a
+    Gamma factor of shape 1/2, so a relative change of sqrt(tol) corresponds to the ELBO tolerance."""
+    return jnp.sqrt(tol)
+
+
 def _compiled_sweep(guide):
     """One sweep of updates followed by the ELBO of the updated state."""
 
@@ -197,40 +235,62 @@ def _compiled_sweep(guide):
     return _compiled("sweep", guide, sweep)
 
 
+def _compiled_watched_sweep(guide):
+    """One sweep of updates followed by the ELBO of the updated state and the state's change
+    (:func:`_state_change`)."""
+
+    def sweep(state, data):
+        before = _summary(guide, state, data)
+        state = guide.update(state, data)
+        return state, guide.elbo(state, data), _state_change(before, _summary(guide, state, data))
+
+    return _compiled("watched sweep", guide, sweep)
+
+
 _CHUNK = 256  # sweeps one compiled call may run before it hands the trace back
+
+
+def _converged(value, old, change, tol):
+    """The stopping rule (see :class:`CAVI`): the ELBO changed by at most ``tol`` relative over the
+    last sweep and the state by at most sqrt(``tol``) (:func:`_state_change`)."""
+    return (jnp.abs(value - old) <= tol * jnp.abs(value)) & (change <= _state_tol(tol))
 
 
 def _compiled_chunk(guide):
     """Up to ``n`` sweeps in one compiled ``lax.while_loop``, each followed by the ELBO of the
-    updated state; it stops after the sweep at which :meth:`CAVI.run` has something to decide:
-    the ELBO converged (relative change at most ``tol``) or is not finite, or a pruning check is
-    due (``check_prune``, relative change at most ``prune_after``, sweep index at least ``wait``).
-    Returns the state, the ELBO after each sweep run (``_CHUNK`` slots, NaN past ``count``) and
-    ``count``. ``first`` is the index of the first sweep, ``previous`` the ELBO before it."""
+    updated state and its change (:func:`_state_change`); it stops after the sweep at which
+    :meth:`CAVI.run` has something to decide: the fit converged (:func:`_converged`) or the ELBO
+    is not finite, or a pruning check is due (``check_prune``, relative change at most
+    ``prune_after``, sweep index at least ``wait``). Returns the state, the ELBO and the state's
+    change after each sweep run (``_CHUNK`` slots each, NaN past ``count``) and ``count``.
+    ``first`` is the index of the first sweep, ``previous`` the ELBO before it."""
 
     def chunk(state, data, previous, first, n, wait, tol, prune_after, check_prune):
         values = jnp.full((_CHUNK,), jnp.nan, dtype=jnp.float64)
+        changes = jnp.full((_CHUNK,), jnp.nan, dtype=jnp.float64)
 
         def cond(carry):
-            _, _, count, _, stop = carry
+            _, _, count, _, _, stop, _ = carry
             return (count < n) & ~stop
 
         def body(carry):
-            state, old, count, values, _ = carry
+            state, old, count, values, changes, _, before = carry
             # see _fit_loop: the barrier keeps XLA from hoisting each use of the data separately
             state, d = jax.lax.optimization_barrier((state, data))
             state = guide.update(state, d)
             value = guide.elbo(state, d)
+            after = _summary(guide, state, d)
+            moved = _state_change(before, after)
             i = first + count
-            change = jnp.abs(value - old)
-            converged = (i > 0) & (change <= tol * jnp.abs(value))
-            prune_due = check_prune & (i > 0) & (change <= prune_after * jnp.abs(value)) & (i >= wait)
+            converged = (i > 0) & _converged(value, old, moved, tol)
+            prune_due = check_prune & (i > 0) & (jnp.abs(value - old) <= prune_after * jnp.abs(value)) & (i >= wait)
             stop = converged | ~jnp.isfinite(value) | prune_due
-            return state, value, count + 1, values.at[count].set(value), stop
+            return state, value, count + 1, values.at[count].set(value), changes.at[count].set(moved), stop, after
 
-        carry = (state, jnp.asarray(previous, jnp.float64), jnp.asarray(0), values, jnp.asarray(False))
-        state, _, count, values, _ = jax.lax.while_loop(cond, body, carry)
-        return state, values, count
+        carry = (state, jnp.asarray(previous, jnp.float64), jnp.asarray(0), values, changes, jnp.asarray(False),
+                 _summary(guide, state, data))
+        state, _, count, values, changes, _, _ = jax.lax.while_loop(cond, body, carry)
+        return state, values, changes, count
 
     return _compiled("chunk", guide, chunk)
 
@@ -254,10 +314,6 @@ def _compiled_relevance(guide):
     return _compiled("relevance", guide, relevance)
 
 
-def _relative_change(new, old):
-    return jnp.abs(new - old) / jnp.maximum(jnp.abs(new), 1e-300)
-
-
 @dataclasses.dataclass
 class CAVI:
     """Closed-form coordinate-ascent variational inference.
@@ -269,10 +325,24 @@ class CAVI:
     guide : ClosedFormGuide, optional
         Use this guide instead of the attached one.
     tol : float
-        Stop when |L_t - L_{t-1}| / |L_t| < tol (relative change of the ELBO between sweeps).
+        Stop at the fixed point: when a sweep changes the ELBO by at most ``tol`` relative,
+        |L_t - L_{t-1}| <= tol |L_t|, *and* the state by at most sqrt(tol) relative: no
+        coefficient's prior precision P_k = E[alpha_k] (weighted by the share of w_k's precision
+        that comes from the data, so that a coefficient on its way out, drifting slowly towards an
+        infinite precision without changing the fit, does not hold the fit up) and no data
+        precision h_k (which carries E[gamma], the local-bound parameters xi, the robust weights)
+        moved by more than that. ``converged`` says whether this happened within ``max_sweeps``.
         Vague Gamma hyperpriors put a large constant into the ELBO (about ln(1/a0) nats per
         precision), so the default is small: 1e-9 (with 1e-7 the RVM on 1000 sinc points stops
-        0.2 nats short, with visibly different predictions).
+        0.2 nats short, with visibly different predictions). The state's part makes the rule
+        independent of how slowly the sweeps happen to move: the ELBO can be flat to rounding
+        while the state still moves (sqrt(tol) ~ 3e-5 per sweep corresponds to the ELBO
+        tolerance, a coordinate update gaining the KL divergence by which it moves its factor).
+        The sweeps start from the data's scale (each model's ``init``: E[gamma] from var(t),
+        E[alpha_k] the unit-information prior), so that scaling Phi or t changes neither the
+        sweeps nor the fit beyond the hyperpriors' influence. The state's part is unit-free; the
+        ELBO's is relative to |L_t|, which scaling t by r shifts by -N ln r (the likelihood's
+        units), so the sweep at which a fit stops can move a little with the target's units.
     max_sweeps : int
         Upper limit on the number of sweeps.
     prune : bool
@@ -335,7 +405,7 @@ class CAVI:
         threshold = jnp.asarray(self.prune_threshold, dtype=jnp.float64)
         do_prune = bool(self.prune) and bool(_active_gaussians(state))
 
-        sweep = _compiled_sweep(g)
+        sweep = _compiled_watched_sweep(g)
         chunk = _compiled_chunk(g)
         tol = jnp.asarray(self.tol, dtype=jnp.float64)
         prune_after = jnp.asarray(self.prune_after, dtype=jnp.float64)
@@ -352,20 +422,21 @@ class CAVI:
                 # one sweep after a prune: keep the prune only if the ELBO did not fall, otherwise
                 # undo it (freezing lost more than the next sweep gained) and wait longer before
                 # trying again, so that the ELBO never decreases
-                state, value = sweep(state, data)
+                state, value, moved = sweep(state, data)
                 value = float(value)
                 if value < previous:
-                    state, value = sweep(pending, data)
+                    state, value, moved = sweep(pending, data)
                     value = float(value)
                     prune_events.pop()
                     wait, backoff = i + backoff, 2 * backoff
                 pending = None
-                values = [value]
+                values, moves = [value], [float(moved)]
             else:
                 n = min(_CHUNK, int(self.max_sweeps) - i)
-                state, chunk_values, count = chunk(state, data, previous, i, n, wait, tol, prune_after,
-                                                   do_prune)
+                state, chunk_values, chunk_moves, count = chunk(state, data, previous, i, n, wait, tol, prune_after,
+                                                                do_prune)
                 values = [float(v) for v in np.asarray(chunk_values)[:int(count)]]
+                moves = [float(v) for v in np.asarray(chunk_moves)[:int(count)]]
             for value in values:
                 trace.append(value)
                 if not math.isfinite(value):
@@ -377,7 +448,7 @@ class CAVI:
             updated = state
             value = values[-1]
             step_before = trace[-2] if len(trace) > 1 else -math.inf
-            if i > 1 and abs(value - step_before) <= self.tol * abs(value):
+            if i > 1 and abs(value - step_before) <= self.tol * abs(value) and moves[-1] <= math.sqrt(self.tol):
                 converged = True
                 break
             # prune only once the transient of the first sweeps is over; the pruned state is handed
@@ -465,7 +536,7 @@ def _fit_loop(guide, data, tol, max_sweeps, init_state, record):
     trace = jnp.full((int(max_sweeps) if record else 0,), jnp.nan, dtype)
 
     def body(carry):
-        state, old, _, i, trace = carry
+        state, old, _, i, trace, before, _ = carry
         # the barrier (tied to the loop-varying state) hides from XLA that the data are loop-
         # invariant: otherwise it hoists each use of them (e.g. the same column gather of the
         # design) out of the loop separately, and the body can no longer share their products
@@ -474,25 +545,28 @@ def _fit_loop(guide, data, tol, max_sweeps, init_state, record):
         state, d = jax.lax.optimization_barrier((state, data))
         state = guide.update(state, d)
         new = guide.elbo(state, d)
+        after = _summary(guide, state, d)
         if record:
             trace = trace.at[i].set(new)
-        return state, new, old, i + 1, trace
+        return state, new, old, i + 1, trace, after, _state_change(before, after)
 
     def cond(carry):
-        _, new, old, i, _ = carry
-        return (i < max_sweeps) & ((i < 2) | (_relative_change(new, old) > tol))
+        _, new, old, i, _, _, moved = carry
+        return (i < max_sweeps) & ((i < 2) | ~_converged(new, old, moved, tol))
 
-    carry = (state, jnp.asarray(-jnp.inf, dtype), jnp.asarray(-jnp.inf, dtype), jnp.asarray(0), trace)
-    state, new, old, sweeps, trace = jax.lax.while_loop(cond, body, carry)
-    return state, new, sweeps, _relative_change(new, old) <= tol, trace
+    carry = (state, jnp.asarray(-jnp.inf, dtype), jnp.asarray(-jnp.inf, dtype), jnp.asarray(0), trace,
+             _summary(guide, state, data), jnp.asarray(jnp.inf, dtype))
+    state, new, old, sweeps, trace, _, moved = jax.lax.while_loop(cond, body, carry)
+    return state, new, sweeps, (sweeps >= 2) & _converged(new, old, moved, tol), trace
 
 
 def fit(guide: ClosedFormGuide, data, *, tol=1e-9, max_sweeps=20000, init_state=None):
     """CAVI as one pure function (``lax.while_loop``, no pruning): jit- and vmap-able.
 
-    Returns ``(state, elbo, num_sweeps, converged)``. Use it to fit many problems of the same
-    shape at once, e.g. ``jax.vmap(lambda d: fit(guide, d))(stacked_data)``, or use
-    :func:`fit_grid`, which does that for a list of designs and returns results.
+    Returns ``(state, elbo, num_sweeps, converged)``, ``converged`` by the stopping rule of
+    :class:`CAVI` (the ELBO's and the state's change over the last sweep). Use it to fit many
+    problems of the same shape at once, e.g. ``jax.vmap(lambda d: fit(guide, d))(stacked_data)``,
+    or use :func:`fit_grid`, which does that for a list of designs and returns results.
     """
     return _fit_loop(guide, data, tol, max_sweeps, init_state, record=False)[:4]
 

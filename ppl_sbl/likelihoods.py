@@ -43,6 +43,8 @@ __all__ = [
     "jj_data_precision",
     "diagonal_rank",
     "weighted_update_w",
+    "start_noise_precision",
+    "training_moments",
 ]
 
 
@@ -88,6 +90,17 @@ def prepare_gaussian(Phi, t, e0, f0, gram=True) -> GaussianLikelihood:
     )
 
 
+def start_noise_precision(t):
+    """E[gamma] that the sweeps start from: 10 / var(t), the noise level a tenth of the targets'
+    variance that Tipping & Faul (2003, section 4) and the fast schedule (:mod:`ppl_sbl.fast_ard`)
+    start from (mean(t^2) where the targets are constant, 1 where they are all 0). It scales with
+    the targets (t -> r t gives E[gamma] / r^2), unlike the prior mean e0 / f0."""
+    t = jnp.asarray(t)
+    spread = jnp.var(t)
+    spread = jnp.where(spread > 0, spread, jnp.mean(t * t))
+    return 10.0 / jnp.where(spread > 0, spread, 1.0)
+
+
 def gaussian_rank(lik: GaussianLikelihood):
     """Rank of the factored form of q(w), or None for the dense form."""
     return None if lik.gram_factor is None else lik.gram_factor.shape[1]
@@ -100,14 +113,17 @@ def gaussian_update_w(q: G.ActiveGaussian, prior_precision, gamma_shape, gamma_r
     factor = None
     if lik.gram_factor is not None:
         factor = jnp.sqrt(e_gamma) * jnp.take(lik.gram_factor, idx, axis=0, mode="fill", fill_value=0.0)
-    return G.update_active_gaussian(
+    phi_a = G.gather_columns(lik.Phi, idx)
+    q = G.update_active_gaussian(
         q,
         prior_precision,
         lambda: e_gamma * _active_gram(q, lik),
         e_gamma * jnp.take(lik.phi_t, idx, mode="fill", fill_value=0.0),
         e_gamma * lik.col_sq,
         data_factor=factor,
+        data_matvec=lambda x: e_gamma * (phi_a.T @ (phi_a @ x)),
     )
+    return G.factor_variance(q, e_gamma)  # f_j^T Sigma f_j for the Gram factor's own columns
 
 
 def _active_gram(q: G.ActiveGaussian, lik: GaussianLikelihood):
@@ -123,9 +139,8 @@ def expected_square_error(q: G.ActiveGaussian, lik: GaussianLikelihood):
     residual = lik.t - lik.Phi @ q.mean
     if lik.gram_factor is None:
         trace = jnp.sum(_active_gram(q, lik) * G.dense_covariance(q))
-    else:  # tr(F F^T Sigma) = tr(F^T Sigma F), O(B r^2)
-        rows = jnp.take(lik.gram_factor, q.index, axis=0, mode="fill", fill_value=0.0)
-        trace = jnp.sum(rows * G.covariance_matmul(q, rows))
+    else:  # tr(F F^T Sigma) = sum_j f_j^T Sigma f_j, kept by the update (``factor_var``)
+        trace = jnp.sum(q.factor_var)
     return residual @ residual + trace + jnp.sum(lik.col_sq * q.frozen_var)
 
 
@@ -196,14 +211,26 @@ def weighted_update_w(q: G.ActiveGaussian, prior_precision, W, r, Phi):
     :func:`diagonal_rank`) the data precision is passed as its factor (sqrt(W) Phi_A)^T."""
     phi_a = G.gather_columns(Phi, q.index)
     factor = (jnp.sqrt(W)[:, None] * phi_a).T if q.base.shape[0] > 0 else None
-    return G.update_active_gaussian(
+    q = G.update_active_gaussian(
         q,
         prior_precision,
         lambda: phi_a.T @ (W[:, None] * phi_a),
         phi_a.T @ r,
         (Phi**2).T @ W,
         data_factor=factor,
+        data_matvec=lambda x: phi_a.T @ (W * (phi_a @ x)),
     )
+    return G.factor_variance(q, W)  # in the factored form, phi_n^T Sigma phi_n for every point
+
+
+def training_moments(q: G.ActiveGaussian, Phi):
+    """(Phi mu, diag(Phi Sigma Phi^T) + frozen variances) on the training design ``Phi``: as
+    :func:`ppl_sbl.gaussian.linear_moments`, but in the factored form of a weighted likelihood
+    (:func:`weighted_update_w`, one factor column per point) the variances kept by the update,
+    free of the cancellation of phi^T D phi - ||Z phi||^2."""
+    if q.base.shape[0] == 0 or q.factor_var.shape[0] != Phi.shape[0]:
+        return G.linear_moments(q, Phi)
+    return Phi @ q.mean, q.factor_var + (Phi**2) @ q.frozen_var
 
 
 def jj_update_w(q: G.ActiveGaussian, prior_precision, xi, lik: BernoulliLikelihood, weights=None):
@@ -216,13 +243,13 @@ def jj_update_w(q: G.ActiveGaussian, prior_precision, xi, lik: BernoulliLikeliho
 
 def jj_update_xi(q: G.ActiveGaussian, lik: BernoulliLikelihood):
     """xi_n^2 = phi_n^T (Sigma + mu mu^T) phi_n, eq. (30)."""
-    mean, var = G.linear_moments(q, lik.Phi)
+    mean, var = training_moments(q, lik.Phi)
     return jnp.sqrt(mean**2 + var)
 
 
 def jj_pointwise(q: G.ActiveGaussian, xi, lik: BernoulliLikelihood):
     """E_q of the JJ bound (27) on ln p(t_n | w) for every point, shape (N,)."""
-    mean, var = G.linear_moments(q, lik.Phi)
+    mean, var = training_moments(q, lik.Phi)
     return jj_log_sigmoid_bound((2.0 * lik.t - 1.0) * mean, mean**2 + var, xi)
 
 
@@ -233,7 +260,7 @@ def jj_elbo_terms(q: G.ActiveGaussian, xi, lik: BernoulliLikelihood, weights=Non
 
 def bernoulli_exact_pointwise(q: G.ActiveGaussian, lik: BernoulliLikelihood):
     """E_q[ln sigma(s_n phi_n^T w)], s_n = 2 t_n - 1, for every point, by quadrature, shape (N,)."""
-    mean, var = G.linear_moments(q, lik.Phi)
+    mean, var = training_moments(q, lik.Phi)
     return expected_log_sigmoid((2.0 * lik.t - 1.0) * mean, var)
 
 

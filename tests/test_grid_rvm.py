@@ -26,11 +26,34 @@ def _gamma_terms(a, b, a0, b0):
                   + (1 - a) * digamma(a))
 
 
+def numpy_grid_start(Phi, W0, M1, M2, kind, a0, c0):
+    """The start: each cell's target is the unit-information prior h / N, h = sum_n W0_n phi_n^2;
+    the product rule fits its logarithm by ln E[alpha_i] + ln E[beta_j] (least squares, the
+    minimum-norm solution), the sum rule takes half of the exponentiated grand mean for every row
+    and column. Shapes a0 + M2 / 2 and c0 + M1 / 2."""
+    L = np.log((Phi**2).T @ W0 / Phi.shape[0]).reshape(M1, M2)
+    grand = L.mean()
+    if kind == "p":
+        design = np.zeros((M1 * M2, M1 + M2))
+        for i in range(M1):
+            for j in range(M2):
+                design[i * M2 + j, [i, M1 + j]] = 1.0
+        u = np.linalg.lstsq(design, L.ravel(), rcond=None)[0]
+        row, col = np.exp(u[:M1]), np.exp(u[M1:])
+    else:
+        row, col = np.full(M1, np.exp(grand) / 2), np.full(M2, np.exp(grand) / 2)
+    a, c = np.full(M1, a0 + M2 / 2), np.full(M2, c0 + M1 / 2)
+    return a, a / row, c, c / col
+
+
 def numpy_pgrid_regression(X, t, sweeps, a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, e0=1e-6, f0=1e-6):
     """Eq. (15)-(18) of Kropotov et al. written out for two axes, and the bound (10)."""
     N, M1, M2 = X.shape
     Phi = X.reshape(N, -1)
-    a, b, c, d, e, f = np.full(M1, a0), np.full(M1, b0), np.full(M2, c0), np.full(M2, d0), e0, f0
+    g0 = 10.0 / np.var(t)  # the start: E[gamma] = 10 / var(t)
+    a, b, c, d = numpy_grid_start(Phi, np.full(N, g0), M1, M2, "p", a0, c0)
+    e = e0 + N / 2
+    f = e / g0
     elbos = []
     for _ in range(sweeps):
         prec = np.outer(a / b, c / d).ravel()
@@ -57,7 +80,8 @@ def numpy_pgrid_classification(X, t, sweeps, a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6)
     """p-grid classification: (29), (16), (17) with the new q(alpha), (30), and the bound (28)."""
     N, M1, M2 = X.shape
     Phi = X.reshape(N, -1)
-    a, b, c, d, xi = np.full(M1, a0), np.full(M1, b0), np.full(M2, c0), np.full(M2, d0), np.ones(N)
+    xi = np.ones(N)
+    a, b, c, d = numpy_grid_start(Phi, 2 * np.tanh(xi / 2) / (4 * xi), M1, M2, "p", a0, c0)
     elbos = []
     for _ in range(sweeps):
         lam = np.tanh(xi / 2) / (4 * xi)
@@ -95,9 +119,12 @@ def numpy_sgrid(X, t, sweeps, classification=False, a0=1e-2, b0=1e-2, c0=1e-2, d
     bound (32) (with (27) for classification)."""
     N, M1, M2 = X.shape
     Phi = X.reshape(N, -1)
-    a, b, c, d = np.full(M1, a0), np.full(M1, b0), np.full(M2, c0), np.full(M2, d0)
-    e, f, xi = e0, f0, np.ones(N)
-    eta, zeta = np.ones((M1, M2)), np.ones((M1, M2))
+    xi, g0 = np.ones(N), 10.0 / np.var(t)
+    W0 = 2 * np.tanh(xi / 2) / (4 * xi) if classification else np.full(N, g0)
+    a, b, c, d = numpy_grid_start(Phi, W0, M1, M2, "s", a0, c0)
+    e = e0 + N / 2
+    f = e / g0
+    eta, zeta = np.ones((M1, M2)), np.ones((M1, M2))  # equal: responsibilities 1/2
     elbos = []
     for _ in range(sweeps):
         prec = ((a / b)[:, None] + (c / d)[None, :]).ravel()

@@ -31,8 +31,11 @@ def _gamma_kl_terms(a, b, a0, b0):
 def numpy_robust_classification(Phi, t, sweeps, a=1e-5, b=1e-5, c=R, d=R):
     """The paper's sweep (10)-(16) and bound (17), written out with dense NumPy linear algebra."""
     N, M = Phi.shape
-    at, bt, ct, dt, xi = np.full(M, a), np.full(M, b), np.full(N, c), np.full(N, d), np.ones(N)
     lam = lambda x: np.tanh(x / 2) / (4 * x)
+    # the start: q(omega) at its prior, xi = 1, E[alpha_k] = 2 E[omega] lambda(1) ||phi_k||^2 / N
+    ct, dt, xi = np.full(N, c), np.full(N, d), np.ones(N)
+    at = np.full(M, a + 0.5)
+    bt = at / ((Phi**2).T @ (2 * ct / dt * lam(xi)) / N)
     s = 2 * t - 1
     out = []
     for _ in range(sweeps):
@@ -60,7 +63,13 @@ def numpy_robust_regression(Phi, t, sweeps, a=1e-6, b=1e-6, c=2.0, d=2.0, e0=1e-
     """Robust regression sweeps: q(w), q(alpha), q(gamma), q(omega) (the Gamma factors in the order
     the model declares them), dense NumPy."""
     N, M = Phi.shape
-    at, bt, ct, dt, e, f = np.full(M, a), np.full(M, b), np.full(N, c), np.full(N, d), e0, f0
+    # the start: q(omega) at its prior, E[gamma] = 10 / var(t), E[alpha_k] = E[gamma] E[omega] ||phi_k||^2 / N
+    ct, dt = np.full(N, c), np.full(N, d)
+    g0 = 10.0 / np.var(t)
+    e = e0 + N / 2
+    f = e / g0
+    at = np.full(M, a + 0.5)
+    bt = at / ((Phi**2).T @ (g0 * ct / dt) / N)
     out = []
     for _ in range(sweeps):
         W = (e / f) * ct / dt

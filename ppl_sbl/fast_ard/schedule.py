@@ -621,7 +621,7 @@ def active_gaussian(fit: FastFit):
     log_det = float(np.linalg.slogdet(fit.Sigma)[1]) if K else 0.0
     return G.ActiveGaussian(mean=jnp.asarray(mean), cov=jnp.asarray(cov), base=jnp.zeros(0),
                             index=jnp.asarray(index), frozen_var=jnp.asarray(fit.frozen_var),
-                            log_det=jnp.asarray(log_det))
+                            log_det=jnp.asarray(log_det), factor_var=jnp.zeros(0))
 
 
 def alpha_factors(fit: FastFit, a0):
