@@ -1,6 +1,7 @@
 """ppl-sbl models, one module per paper (installed as ``ppl_sbl.models``).
 
-* :mod:`ppl_sbl.models.rvm`: the variational relevance vector machine (Bishop & Tipping 2000).
+* :mod:`ppl_sbl.models.rvm`: the variational relevance vector machine (Bishop & Tipping 2000), and
+  its multinomial probit form for several classes (Girolami & Rogers 2006).
 * :mod:`ppl_sbl.models.grid_rvm`: grid RVMs for table-shaped features (Kropotov et al.).
 * :mod:`ppl_sbl.models.robust_rvm`: the robust RVM with Gamma-weighted likelihoods (Hwang & Jeong 2015).
 * :mod:`ppl_sbl.models.sequential_sbl`: sequential sparse Bayesian learning (Faul & Pilikos).

@@ -1,12 +1,17 @@
-"""The variational relevance vector machine (Bishop & Tipping 2000).
+"""The variational relevance vector machine (Bishop & Tipping 2000), and its multinomial probit
+form for several classes (Girolami & Rogers 2006).
 
-Models (plain NumPyro programs; they run unchanged under NUTS, SVI and ``Predictive``)::
+Models (plain NumPyro programs; they run unchanged under NUTS, SVI and ``Predictive``, but for
+``multiclass``'s auxiliary y, see below)::
 
     regression(Phi, t=None, *, a0=1e-6, b0=1e-6, e0=1e-6, f0=1e-6)
         alpha_k ~ Gamma(a0, b0),  w_k | alpha_k ~ N(0, 1/alpha_k),
         gamma ~ Gamma(e0, f0),    t_n | w, gamma ~ N(phi_n^T w, 1/gamma)
     classification(Phi, t=None, *, a0=1e-6, b0=1e-6)
         alpha, w as above,        t_n | w ~ Bernoulli(logits = phi_n^T w),  t_n in {0, 1}
+    multiclass(Phi, t=None, *, a0=1e-6, b0=1e-6, num_classes=None)
+        alpha_mc ~ Gamma(a0, b0), w_mc | alpha_mc ~ N(0, 1/alpha_mc)   (W is (M, C)),
+        y_n | W ~ N(W^T phi_n, I_C),  t_n = argmax_c y_nc,  t_n in {0, ..., C-1}
 
 Gamma is shape/rate. Closed-form guide: q(w) q(alpha) q(gamma) with q(w) = N(mu, Sigma),
 q(alpha_k) = Gamma(a_k, b_k), q(gamma) = Gamma(e, f); for classification the Jaakkola-Jordan
@@ -25,8 +30,27 @@ evaluated with the statistics (19)-(26) (E[gamma] = e/f, E[ln gamma] = psi(e) - 
 The paper writes labels as +-1 and mu = Sigma Phi^T t / 2; with t in {0, 1} that is
 Sigma Phi^T (t - 1/2).
 
+Multiclass (Girolami & Rogers, "Variational Bayesian multinomial probit regression with Gaussian
+process priors", Neural Computation 18(8), 2006, with the RVM's ARD prior on each class's weights
+as in the multiclass RVM of Damoulas & Girolami 2008). Closed-form guide q(W) q(alpha) q(Y):
+q(w_c) = N(mu_c, Sigma_c), q(alpha_mc) Gamma, q(y_n) the Gaussian N(m~_n, I) restricted to the
+cone {y_{t_n} >= y_j for all j}. A sweep (:func:`_multiclass_update`):
+
+    Sigma_c = (diag E[alpha_c] + Phi^T Phi)^-1,  mu_c = Sigma_c Phi^T E[y_c]   ((15), gamma = 1)
+    a_mc = a0 + 1/2,  b_mc = b0 + E[w_mc^2] / 2                                 (16)
+    (W, alpha) -> (c W, alpha / c^2) at the best c (parameter expansion, exact)
+    m~_n = E[W]^T phi_n;  E[y_n] = Girolami & Rogers's one-dimensional integrals
+
+(``ppl_sbl.probit``: E[y_nj] = m~_nj - E_u[N(u + d_j) prod_{k != t, j} Phi(u + d_k)] / Z_n,
+Z_n = E_u[prod_{j != t} Phi(u + d_j)], d_j = m~_nt - m~_nj, u ~ N(0, 1), by quadrature). The ELBO
+is exact up to that quadrature: per point ln Z_n - 1/2 sum_c phi_n^T Sigma_c phi_n (plus terms in
+m~_n - E[W]^T phi_n, zero after a sweep), and the W and alpha terms of (10). ``result.predict(
+Phi_new)`` returns the predictive class probabilities (N_new, C). The fast schedule fits each
+class's column as a unit-noise regression on E[y_c] (:mod:`ppl_sbl.fast_ard`, several outputs).
+
 Notation: ``Phi`` (N, M) design matrix, ``t`` targets, ``alpha_shape/alpha_rate`` = (a_k, b_k),
-``gamma_shape/gamma_rate`` = (e, f), ``w`` the Gaussian factor (``ppl_sbl.gaussian``).
+``gamma_shape/gamma_rate`` = (e, f), ``w`` the Gaussian factor (``ppl_sbl.gaussian``); multiclass:
+``w`` a tuple of C Gaussian factors, ``alpha_shape/alpha_rate`` (M, C), ``y_loc`` (N, C) = m~.
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ if not _os.path.isdir(_os.path.join(_here, "models")):
 
 _jax.config.update("jax_enable_x64", True)
 
-from . import basis, bounds, datasets, derived, expfam, gaussian, likelihoods, sparse_gp  # noqa: E402
+from . import basis, bounds, datasets, derived, expfam, gaussian, likelihoods, probit, sparse_gp  # noqa: E402
 from .arviz import compare, plot_elbo_trace, plot_grid_relevance, plot_relevance, to_inference_data  # noqa: E402
 from .derived import NotConjugateError, derived_guide  # noqa: E402
 from .diagnostics import GuideCheck, check_guide  # noqa: E402
@@ -59,6 +59,7 @@ __all__ = [
     "expfam",
     "gaussian",
     "likelihoods",
+    "probit",
     "sparse_gp",
 ]
 __version__ = "0.1.0"

@@ -74,8 +74,10 @@ def log_ndtr(x):
     sqrt 2) / 2, then ln q (x < 0) or log1p(-q) (x >= 0); below x = -37, where q underflows, the
     asymptotic series ln Phi(x) = -x^2/2 - ln(-x sqrt(2 pi)) + ln(1 - 1/x^2 + 3/x^4 - ...), eight
     terms (error below 1e-18)."""
-    q = 0.5 * jax.scipy.special.erfc(jnp.abs(x) / math.sqrt(2.0))
-    middle = jnp.where(x < 0, jnp.log(q), jnp.log1p(-q))
+    # each branch sees only arguments where it is finite, so that gradients through jnp.where stay finite
+    q = 0.5 * jax.scipy.special.erfc(jnp.abs(jnp.maximum(x, _ASYMPTOTIC_BELOW)) / math.sqrt(2.0))
+    negative = x < 0
+    middle = jnp.where(negative, jnp.log(jnp.where(negative, q, 1.0)), jnp.log1p(-jnp.where(negative, 0.0, q)))
     low = jnp.minimum(x, _ASYMPTOTIC_BELOW)
     z = 1.0 / (low * low)
     series = 1.0

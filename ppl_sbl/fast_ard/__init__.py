@@ -81,6 +81,13 @@ supporting goes on at the maximiser of (1), a large E[alpha_k] of order sqrt(s_k
 a negligible mean; the relevant coefficients are the active ones the data support. The
 frozen coefficients cost the ELBO the sum of their gains above against the dense fixed point.
 
+Several outputs. A likelihood factor with ``num_outputs`` = C (the multinomial probit's q(y):
+:class:`MultinomialProbit`) has C coefficient vectors on one design, each with its own ARD prior
+and restricted family; given the factor the ELBO is a sum over them, so each output runs the
+moves above on its own (W_c, r_c), and the factor's update between passes couples them (a
+:class:`MultiFastFit`; parameter expansion and Newton steps for the factor's update, see
+``schedule._schedule_outputs``).
+
 A column of zeros (h_k = 0, hence s_k = q_k = 0) never enters the model; a frozen column whose
 leave-one-out precision is below ``1e-10`` of its own data precision lies in the span of the
 active columns to working precision, and one whose |cosine| with an active column exceeds

@@ -336,13 +336,14 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
     Parameters
     ----------
     Phi : (N, M) float64 design matrix.
-    factor : the likelihood's other factors, with ``uniform`` (W the same for every point: then
-        r / W must stay the same too), ``weights()`` -> (W, r), ``update(moments)`` (coordinate
-        updates given :class:`Moments`) and ``elbo_terms(moments)`` (its part of the ELBO).
+    factor : the likelihood's other factors, with ``uniform`` (W the same for every point: the
+        projection Phi^T (r / W) is then cached while r / W stays the same), ``weights()`` ->
+        (W, r), ``update(moments)`` (coordinate updates given :class:`Moments`) and
+        ``elbo_terms(moments)`` (its part of the ELBO).
     a0, b0 : the Gamma prior of each alpha_k (both > 0, or both 0).
     tol : relative change of the ELBO over a pass that stops the fit; a move must gain more than
         ``tol |ELBO|`` nats.
-    max_passes, max_moves : upper limits (default moves: 100 M).
+    max_passes, max_moves : upper limits (default moves: 100 M; with several outputs none).
     progress : callable(passes, moves, elbo, active), called after every pass, or None.
 
     Several outputs. A factor with ``num_outputs`` = C (see :func:`_schedule_outputs`) has C
