@@ -126,6 +126,7 @@ class _RVMBase(BaseEstimator):
             if not r.converged:
                 _warn_unconverged(type(self).__name__, "max_sweeps", self.max_sweeps)
         start = 1 if self.bias else 0
+        self.relevant_ = np.any([np.asarray(r.relevant) for r in results], axis=0)
         masks = np.array([np.asarray(r.relevant)[start:] for r in results])
         if self._per_point:
             self.relevance_ = np.flatnonzero(masks.any(axis=0))
@@ -169,6 +170,7 @@ class RVR(RegressorMixin, _RVMBase):
     Attributes
     ----------
     result_ : the fitted :class:`ppl_sbl.CAVIResult`.
+    relevant_ : mask over the basis functions (the bias first when ``bias``) judged relevant.
     relevance_ : indices of the training points whose basis function is relevant (every kernel
         but "linear"); relevance_vectors_ : those training inputs (rbf and callable kernels);
         n_relevance_vectors_ : their number (for "linear": relevant features).
