@@ -61,3 +61,17 @@ def pytest_unconfigure(config):
         import shutil
 
         shutil.rmtree(_CACHE_MADE_HERE, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_programs():
+    """Free each test module's compiled programs once it has run: every compiled CPU program maps
+    its code into the process, and a worker that runs many modules would otherwise reach the
+    kernel's limit on memory mappings (vm.max_map_count), where the compiler aborts."""
+    yield
+    import gc
+
+    import jax
+
+    jax.clear_caches()
+    gc.collect()
