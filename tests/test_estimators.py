@@ -22,7 +22,7 @@ ESTIMATORS = [
     RVR(kernel="precomputed"),
     RVC(),
     RVC(multi_class="ovr"),
-    GPLVMClassifier(latent_dim=2, num_inducing=5, max_steps=3),
+    GPLVMClassifier(latent_dim=2, num_inducing=5, max_steps=10),
     SuperSparseRegressor(max_steps=20),
     SuperSparseClassifier(max_steps=20),
 ]
