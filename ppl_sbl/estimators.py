@@ -65,6 +65,17 @@ def _rbf_width(value, X, name):
     raise ValueError(f"`{name}` must be 'scale', 'auto' or a positive number; got {value!r}.")
 
 
+def _classifier_data(estimator, X, y):
+    """Validated inputs and class indices for a classifier's fit; sets ``classes_``."""
+    X, y = validate_data(estimator, X, y, dtype=np.float64, ensure_min_samples=2)
+    check_classification_targets(y)
+    estimator.classes_, index = np.unique(y, return_inverse=True)
+    if len(estimator.classes_) < 2:
+        raise ValueError(f"`y` holds only one class ({estimator.classes_[0]!r}); a classifier needs samples of at "
+                         "least two classes.")
+    return X, index
+
+
 # ----------------------------------------------------------------------------------------------
 # Relevance vector machines
 # ----------------------------------------------------------------------------------------------
@@ -265,12 +276,7 @@ class RVC(ClassifierMixin, _RVMBase):
 
         if self.multi_class not in MULTI_CLASS:
             raise ValueError(f"`multi_class` must be one of {MULTI_CLASS}; got {self.multi_class!r}.")
-        X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=2)
-        check_classification_targets(y)
-        self.classes_, index = np.unique(y, return_inverse=True)
-        if len(self.classes_) < 2:
-            raise ValueError(f"`y` holds only one class ({self.classes_[0]!r}); a classifier needs samples of at "
-                             "least two classes.")
+        X, index = _classifier_data(self, X, y)
         Phi = self._fit_design(X)
         C = len(self.classes_)
         if C == 2:
@@ -362,12 +368,7 @@ class GPLVMClassifier(ClassifierMixin, ClassNamePrefixFeaturesOutMixin, Transfor
 
         if self.classifier not in ("posterior", "knn"):
             raise ValueError(f"`classifier` must be 'posterior' or 'knn'; got {self.classifier!r}.")
-        X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=2)
-        check_classification_targets(y)
-        self.classes_, index = np.unique(y, return_inverse=True)
-        if len(self.classes_) < 2:
-            raise ValueError(f"`y` holds only one class ({self.classes_[0]!r}); a classifier needs samples of at "
-                             "least two classes.")
+        X, index = _classifier_data(self, X, y)
         Z = one_of_k(index, np.arange(len(self.classes_)))
         self.result_ = _quiet(gplvm.fit, X, Z, model="supervised", latent_dim=min(int(self.latent_dim), X.shape[1]),
                                  num_inducing=min(int(self.num_inducing), X.shape[0]), prior_kernel=self.prior_kernel,
