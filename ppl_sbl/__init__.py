@@ -6,18 +6,7 @@ the model's trace: :mod:`ppl_sbl.derived`), the guide check against NumPyro's Mo
 (:func:`check_guide`), model comparison by ELBO (:func:`compare`), ArviZ export, scikit-learn
 style estimators, bases and data sets. float64 is switched on at import.
 """
-import os as _os
-
 import jax as _jax
-
-# Running from a source checkout (``python`` started in the repository root), ``ppl_sbl.models``
-# lives in the top-level ``models/`` folder, which an install maps into the package; make the
-# checkout behave the same way.
-_here = _os.path.dirname(__file__)
-if not _os.path.isdir(_os.path.join(_here, "models")):
-    _root = _os.path.dirname(_here)
-    if _os.path.isfile(_os.path.join(_root, "models", "rvm.py")):
-        __path__.append(_root)  # noqa: F821  (the package's own __path__)
 
 _jax.config.update("jax_enable_x64", True)
 

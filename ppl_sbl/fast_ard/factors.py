@@ -162,7 +162,7 @@ class RobustGaussianNoise:
 
     def elbo_terms(self, moments):
         """E[ln p(t | w, gamma, omega)] + E[ln p(gamma)] + H[q(gamma)] + E[ln p(omega)] + H[q(omega)],
-        every term exact (the robust RVM regression guide's ELBO, ``models/robust_rvm.py``)."""
+        every term exact (the robust RVM regression guide's ELBO, ``ppl_sbl/models/robust_rvm.py``)."""
         e_gamma, e_log_gamma = self.e / self.f, digamma(self.e) - math.log(self.f)
         e_omega = self.omega_shape / self.omega_rate
         e_log_omega = digamma(self.omega_shape) - np.log(self.omega_rate)

@@ -1,4 +1,4 @@
-"""ppl-sbl models, one module per paper (installed as ``ppl_sbl.models``).
+"""ppl-sbl models, one module per paper.
 
 * :mod:`ppl_sbl.models.rvm`: the variational relevance vector machine (Bishop & Tipping 2000), and
   its multinomial probit form for several classes (Girolami & Rogers 2006).
