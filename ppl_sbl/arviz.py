@@ -1,44 +1,22 @@
 """The ArviZ layer: InferenceData export, ELBO comparison tables and plots."""
 from __future__ import annotations
 
-import jax
 import numpy as np
 import pandas as pd
+
+from .result import FitResult, inference_data
 
 __all__ = ["to_inference_data", "compare", "plot_elbo_trace", "plot_relevance"]
 
 
-def to_inference_data(result, num_samples: int = 1000, seed: int = 0):
-    """ArviZ ``InferenceData`` of a fitted result.
+def to_inference_data(result: FitResult, num_samples: int = 1000, seed: int = 0):
+    """ArviZ ``InferenceData`` of a fitted result (:func:`ppl_sbl.result.inference_data`).
 
-    Groups: ``posterior`` (draws from q under the model's site names, one chain),
-    ``log_likelihood`` (pointwise ln p(t_n | draw), so ``az.loo`` works), ``observed_data``,
-    and ``sample_stats`` holding the ELBO trace (dimension ``sweep``) and the final ELBO in its
-    attributes.
+    Groups: ``posterior`` (draws under the model's site names, one chain), ``log_likelihood``
+    (pointwise ln p(t_n | draw), so ``az.loo`` works), ``observed_data``, and ``sample_stats``
+    holding the ELBO trace (dimension ``sweep``) and the final ELBO in its attributes.
     """
-    import arviz as az
-    from numpyro.infer import log_likelihood
-
-    key = jax.random.PRNGKey(seed)
-    draws = result.sample(key, num_samples)
-    observed = getattr(result, "observed_site", None) or result.guide_spec.observed
-    loglik = log_likelihood(result.model, draws, *result.args, **result.kwargs)
-    if hasattr(result, "observed_value"):
-        obs_value = np.asarray(result.observed_value)
-    elif hasattr(result.data, observed):
-        obs_value = np.asarray(getattr(result.data, observed))
-    else:  # a derived guide keeps the observed values by site name
-        obs_value = np.asarray(result.data.observed[observed])
-    idata = az.from_dict(
-        posterior={k: v[None] for k, v in draws.items() if k != observed},
-        log_likelihood={k: np.asarray(v)[None] for k, v in loglik.items()},
-        observed_data={observed: obs_value},
-        sample_stats={"elbo_trace": np.asarray(result.elbo_trace)[None, None, :]},
-        dims={"elbo_trace": ["sweep"]},
-        attrs={"elbo": result.elbo, "bound": result.bound,
-               "inference": getattr(result, "inference", "closed-form CAVI")},
-    )
-    return idata
+    return inference_data(result, num_samples=num_samples, seed=seed)
 
 
 def compare(results: dict, *, sort: bool = True) -> pd.DataFrame:
@@ -53,15 +31,14 @@ def compare(results: dict, *, sort: bool = True) -> pd.DataFrame:
         raise ValueError("`results` is empty; pass a dict {name: fitted result}.")
     rows = {}
     for name, res in results.items():
-        exact = getattr(res, "elbo_exact", None)
-        relevant = getattr(res, "relevant", None)
+        exact, relevant = res.elbo_exact, res.relevant
         rows[name] = {
             "elbo": float(res.elbo),
             "elbo_exact": np.nan if exact is None else float(exact),
             "n_relevant": -1 if relevant is None else int(np.sum(relevant)),
-            "n_effective": float(getattr(res, "effective_parameters", np.nan)),
-            "converged": bool(getattr(res, "converged", True)),
-            "bound": getattr(res, "bound", "none"),
+            "n_effective": float(res.effective_parameters),
+            "converged": bool(res.converged),
+            "bound": res.bound,
         }
     table = pd.DataFrame.from_dict(rows, orient="index")
     best = table["elbo"].max()

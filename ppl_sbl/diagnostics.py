@@ -57,7 +57,7 @@ def check_guide(result, num_particles: int = 4000, seed: int = 0, num_se: float 
     |elbo_exact - MC| <= num_se * SE.
     """
     values = monte_carlo_elbo(
-        result.model, result.guide, *result.args, num_particles=num_particles, seed=seed, **result.kwargs
+        result.program, result.guide, *result.args, num_particles=num_particles, seed=seed, **result.kwargs
     )
     elbo = result.elbo
     bad = int(np.sum(~np.isfinite(values)))

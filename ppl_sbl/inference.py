@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import gaussian as _gauss
+from .result import ResultMethods
 from .saving import Saveable
 from .validation import warn_unconverged
 
@@ -669,7 +670,7 @@ def fit_grid(model, designs, *args, names=None, tol=1e-9, max_sweeps=20000, batc
 
 
 @dataclasses.dataclass
-class CAVIResult(Saveable):
+class CAVIResult(ResultMethods, Saveable):
     """The fitted guide and everything needed to use it.
 
     Attributes
@@ -791,6 +792,15 @@ class CAVIResult(Saveable):
         return np.flatnonzero(self.relevant)
 
     @property
+    def program(self) -> Callable:
+        """The model (:class:`ppl_sbl.result.FitResult`'s name for it)."""
+        return self.model
+
+    @property
+    def inference(self) -> str:
+        return "closed-form CAVI" + (", fast schedule" if self.schedule == "fast" else "")
+
+    @property
     def guide(self) -> Callable:
         """The NumPyro guide built from the fitted state."""
         return self.guide_spec.guide(self.state)
@@ -812,12 +822,6 @@ class CAVIResult(Saveable):
             key = jax.random.PRNGKey(key)
         pred = Predictive(self.guide, num_samples=int(num_samples))
         return {k: np.asarray(v) for k, v in pred(key, *self.args, **self.kwargs).items()}
-
-    def to_inference_data(self, num_samples: int = 1000, seed: int = 0):
-        """An ArviZ InferenceData: posterior draws from q, pointwise log-likelihood, ELBO trace."""
-        from .arviz import to_inference_data
-
-        return to_inference_data(self, num_samples=num_samples, seed=seed)
 
     def __getattr__(self, name):
         # model-specific summaries (ClosedFormGuide.extras), e.g. result.outlier_score

@@ -51,6 +51,7 @@ import numpyro
 import numpyro.distributions as dist
 
 from ppl_sbl import sparse_gp as sg
+from ppl_sbl.result import ResultMethods
 from ppl_sbl.saving import Saveable
 from ppl_sbl.validation import check_matrix, warn_unconverged
 
@@ -971,7 +972,7 @@ def _predictive_means(kernel_params, inducing, stats, Z, beta, draws, jitter):
 # The result
 # ----------------------------------------------------------------------------------------------
 @dataclasses.dataclass
-class GPLVMResult(Saveable):
+class GPLVMResult(ResultMethods, Saveable):
     """A fitted Bayesian GPLVM: the bound (``elbo``), q(X), the kernels and the predictions."""
 
     model: str
@@ -990,7 +991,6 @@ class GPLVMResult(Saveable):
 
     bound = "none"  # the collapsed bound equals the uncollapsed ELBO with q(U) at its optimum
     elbo_exact = None
-    observed_site = "Z"
     @property
     def inference(self):
         how = ("natural-gradient steps on q(X) (the fixed point of 5.28) and L-BFGS on the hyperparameters"
@@ -1153,17 +1153,11 @@ class GPLVMResult(Saveable):
         u_mean, u_cov = _q_u(self.kernel_params, self.inducing, self.stats, self.Z, 1.0 / self.noise_var, self.jitter)
         return functools.partial(guide, q_mean=mu, q_cov=cov, u_mean=u_mean, u_cov=u_cov)
 
-    @property
-    def observed_value(self):
-        return np.asarray(self.Z)
-
-    def check_guide(self, num_particles=2000, seed=0, num_se=4.0):
+    def check_guide(self, num_particles=2000, seed=0, num_se=4.0, rtol=1e-6):
         """NumPyro's Monte Carlo ``Trace_ELBO`` of the program and :attr:`guide` (the uncollapsed
         ELBO with q(U) at its optimum) against the collapsed bound: equal up to Monte Carlo error
         (and the jitter on K_ff, O(jitter N D beta))."""
-        from ppl_sbl.diagnostics import check_guide
-
-        return check_guide(_AsResult(self), num_particles=num_particles, seed=seed, num_se=num_se, rtol=1e-6)
+        return super().check_guide(num_particles=num_particles, seed=seed, num_se=num_se, rtol=rtol)
 
     def sample(self, key, num_samples):
         from numpyro.infer import Predictive
@@ -1174,19 +1168,4 @@ class GPLVMResult(Saveable):
     def to_inference_data(self, num_samples=500, seed=0):
         """ArviZ ``InferenceData``: draws of X (latent dimension, point), U and F from the guide,
         pointwise log-likelihoods of the outputs, the outputs, and the bound's trace."""
-        from ppl_sbl.arviz import to_inference_data
-
-        return to_inference_data(_AsResult(self), num_samples=num_samples, seed=seed)
-
-
-class _AsResult:
-    """The attribute names the shared helpers (``check_guide``, ``to_inference_data``) read."""
-
-    def __init__(self, res):
-        self._res = res
-        self.model = res.program
-        self.guide = res.guide
-        self.args, self.kwargs = res.args, res.kwargs
-
-    def __getattr__(self, name):
-        return getattr(self._res, name)
+        return super().to_inference_data(num_samples=num_samples, seed=seed)

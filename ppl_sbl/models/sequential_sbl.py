@@ -51,6 +51,7 @@ import scipy.sparse
 import scipy.sparse.csgraph
 
 from ppl_sbl import basis as _basis
+from ppl_sbl.result import ResultMethods
 from ppl_sbl.saving import Saveable
 from ppl_sbl.validation import check_positive, warn_unconverged
 
@@ -98,7 +99,7 @@ def guide(D_active, y=None, *, alpha, noise_var, mu, Sigma):
 # State
 # ----------------------------------------------------------------------------------------------
 @dataclasses.dataclass
-class SBLState(Saveable):
+class SBLState(ResultMethods, Saveable):
     """The state of the sequential SBL: everything :func:`fit`, :func:`add_sample` and
     :func:`add_basis` need to go on, and the fitted model.
 
@@ -234,8 +235,15 @@ class SBLState(Saveable):
         return np.asarray(self.trace)
 
     @property
-    def model(self):
+    def program(self):
         return model
+
+    @property
+    def model(self):
+        """The NumPyro program (:func:`model`); the same as ``program``."""
+        return model
+
+    converged = True  # a state is the exact fixed point of the moves made so far
 
     @property
     def guide(self):
@@ -250,20 +258,13 @@ class SBLState(Saveable):
     def kwargs(self):
         return {"alpha": self.alpha[self.active], "noise_var": self.noise_var}
 
-    def check_guide(self, num_particles=100, seed=0, rtol=1e-8):
+    def check_guide(self, num_particles=100, seed=0, num_se=4.0, rtol=1e-8):
         """:func:`ppl_sbl.check_guide`: NumPyro's Monte Carlo ``Trace_ELBO`` of :func:`model` and
         :func:`guide` against L. Every draw gives L exactly (the guide is the exact posterior), so
         they must agree to ``rtol`` relative."""
-        from ppl_sbl.diagnostics import check_guide
+        return super().check_guide(num_particles=num_particles, seed=seed, num_se=num_se, rtol=rtol)
 
-        return check_guide(self, num_particles=num_particles, seed=seed, rtol=rtol)
-
-    observed_site = "y"
     inference = "type-II maximum likelihood (fast marginal likelihood), exact Gaussian guide"
-
-    @property
-    def observed_value(self):
-        return self.y
 
     def sample(self, key, num_samples):
         """Draws of the active coefficients from q(c) = N(mu, Sigma): {"c": (num_samples, K)}."""
@@ -272,13 +273,6 @@ class SBLState(Saveable):
         draws = jax.random.multivariate_normal(key, self.mu, self.Sigma, shape=(int(num_samples),),
                                                method="eigh")
         return {"c": np.asarray(draws)}
-
-    def to_inference_data(self, num_samples=1000, seed=0):
-        """ArviZ ``InferenceData``: draws of c, pointwise log-likelihoods (for ``az.loo``), y, and
-        the trace of L (``sample_stats.elbo_trace``, one entry per move)."""
-        from ppl_sbl.arviz import to_inference_data
-
-        return to_inference_data(self, num_samples=num_samples, seed=seed)
 
     def predict(self, rows):
         """Predictive mean and variance at dictionary points or rows, eq. (1)."""

@@ -1,0 +1,118 @@
+"""The interface every fitted result offers: :class:`FitResult`.
+
+Three kinds of fit produce results: closed-form CAVI (:class:`ppl_sbl.inference.CAVIResult`),
+sequential type-II maximum likelihood (:class:`ppl_sbl.models.sequential_sbl.SBLState`) and the
+Bayesian GPLVM's collapsed bound (:class:`ppl_sbl.models.gplvm.GPLVMResult`). The ArviZ layer
+(:mod:`ppl_sbl.arviz`), :func:`ppl_sbl.compare` and :func:`ppl_sbl.check_guide` read a result
+only through this protocol. :class:`ResultMethods` supplies the members that follow from the
+others (observed data, pointwise log-likelihood, InferenceData, the guide check).
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Protocol, runtime_checkable
+
+import jax
+import numpy as np
+
+__all__ = ["FitResult", "ResultMethods", "inference_data"]
+
+
+@runtime_checkable
+class FitResult(Protocol):
+    """A fitted model, as the export, comparison and checking layers read it.
+
+    program, args, kwargs
+        The NumPyro program and the arguments it was fitted to: ``program(*args, **kwargs)``.
+    guide
+        A NumPyro guide with the program's signature, built from the fitted state.
+    observed
+        {observed site name: value}: the data the fit conditioned on.
+    sample(key, num_samples) -> {site: (num_samples, ...)}
+        Draws from the fitted posterior under the program's site names.
+    log_likelihood(draws) -> {observed site: (num_samples, N)}
+        Pointwise log-likelihood of every draw.
+    elbo, elbo_exact, bound, elbo_trace, converged, inference
+        The objective the fit maximised, the exact ELBO where ``elbo`` uses a local bound (else
+        None), the local bound's name (``"none"`` without one), the objective along the fit,
+        whether the fit reached its stopping rule, and how it was fitted (text).
+    relevant, effective_parameters
+        The mask of the basis functions (or latent dimensions) the fit keeps, and the number of
+        well-determined parameters (NaN where the fit has no such count).
+    """
+
+    program: Callable
+    args: tuple
+    kwargs: dict
+    guide: Callable
+    observed: dict
+    elbo: float
+    elbo_exact: Optional[float]
+    bound: str
+    elbo_trace: np.ndarray
+    converged: bool
+    inference: str
+    relevant: Optional[np.ndarray]
+    effective_parameters: float
+
+    def sample(self, key, num_samples: int = 1000) -> dict: ...
+
+    def log_likelihood(self, draws: dict) -> dict: ...
+
+
+class ResultMethods:
+    """The members of :class:`FitResult` that follow from ``program``, ``args``, ``kwargs``,
+    ``guide`` and ``sample``, and the conveniences built on them."""
+
+    @property
+    def observed(self) -> dict:
+        """{observed site: value}, read from a trace of the program on the fitted arguments (its
+        latent sites drawn from the guide)."""
+        from numpyro import handlers
+
+        draw = handlers.trace(handlers.seed(self.guide, rng_seed=0)).get_trace(*self.args, **self.kwargs)
+        latent = {name: site["value"] for name, site in draw.items() if site["type"] == "sample"}
+        program = handlers.substitute(handlers.seed(self.program, rng_seed=0), data=latent)
+        trace = handlers.trace(program).get_trace(*self.args, **self.kwargs)
+        return {name: np.asarray(site["value"]) for name, site in trace.items()
+                if site["type"] == "sample" and site["is_observed"]}
+
+    def log_likelihood(self, draws: dict) -> dict:
+        """{observed site: (num_samples, N)} ln p(observed_n | draw) for every draw (NumPyro's
+        ``log_likelihood`` on the program)."""
+        from numpyro.infer import log_likelihood
+
+        values = log_likelihood(self.program, draws, *self.args, **self.kwargs)
+        return {k: np.asarray(v) for k, v in values.items()}
+
+    def to_inference_data(self, num_samples: int = 1000, seed: int = 0):
+        """An ArviZ ``InferenceData``: posterior draws, pointwise log-likelihood (for ``az.loo``),
+        observed data and the objective's trace (see :func:`inference_data`)."""
+        return inference_data(self, num_samples=num_samples, seed=seed)
+
+    def check_guide(self, num_particles: int = 4000, seed: int = 0, num_se: float = 4.0, rtol: float = 1e-8):
+        """:func:`ppl_sbl.check_guide` on this result."""
+        from .diagnostics import check_guide
+
+        return check_guide(self, num_particles=num_particles, seed=seed, num_se=num_se, rtol=rtol)
+
+
+def inference_data(result: FitResult, num_samples: int = 1000, seed: int = 0):
+    """ArviZ ``InferenceData`` of a fitted result.
+
+    Groups: ``posterior`` (draws under the program's site names, one chain), ``log_likelihood``
+    (pointwise ln p(t_n | draw), so ``az.loo`` works), ``observed_data``, and ``sample_stats``
+    holding the objective's trace (dimension ``sweep``); the final ELBO, the bound and how the fit
+    was made are in its attributes.
+    """
+    import arviz as az
+
+    draws = result.sample(jax.random.PRNGKey(seed), num_samples)
+    observed = result.observed
+    return az.from_dict(
+        posterior={k: np.asarray(v)[None] for k, v in draws.items() if k not in observed},
+        log_likelihood={k: np.asarray(v)[None] for k, v in result.log_likelihood(draws).items()},
+        observed_data=observed,
+        sample_stats={"elbo_trace": np.asarray(result.elbo_trace)[None, None, :]},
+        dims={"elbo_trace": ["sweep"]},
+        attrs={"elbo": float(result.elbo), "bound": result.bound, "inference": result.inference},
+    )
