@@ -40,7 +40,7 @@ hand-written guides start, at the data's scale: a noise precision shared by ever
 observed Normal site at 10 / var(observed values), each Gaussian factor's prior precision at the
 unit-information prior (the precision the other terms give each element, over the number of
 observations), every other Gamma factor at its prior. :func:`derived_guide` returns the
-:class:`~ppl_sbl.inference.ClosedFormGuide` that :class:`~ppl_sbl.inference.CAVI` runs.
+:class:`~ppl_sbl.guide.ClosedFormGuide` that :class:`~ppl_sbl.inference.CAVI` runs.
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ from . import gaussian as _gauss
 from .gaussian import low_rank_factor
 from .bounds import (expected_log_sigmoid, expected_log_sum_gamma, expected_sigmoid, jj_log_sigmoid_bound,
                      log_sum_bound)
-from .inference import ClosedFormGuide
+from .guide import ClosedFormGuide
 
 __all__ = ["derived_guide", "covariance", "NotConjugateError", "DerivedState"]
 
@@ -524,8 +524,7 @@ def _expected_log_joint(data, means, second, g_mean, g_log, local, exact=None):
 # ----------------------------------------------------------------------------------------------
 # The guide
 # ----------------------------------------------------------------------------------------------
-_GUIDES = {}
-_LAST = {}
+_GUIDES = {}  # (model, structure) -> (guide, the arguments it was last analysed on)
 
 
 def covariance(state, name):
@@ -542,18 +541,20 @@ def derived_guide(model, *args, **kwargs) -> ClosedFormGuide:
     The guide is reused (and its sweep compiled once) for every call with the same structure (the
     same sites, shapes and dependencies); its ``prepare`` reads the numbers of new arguments."""
     structure, data = _analyse(model, args, kwargs)
-    _LAST[id(model)] = (args, kwargs, data)
     key = (model, structure)
     if key not in _GUIDES:
-        _GUIDES[key] = _build(model, structure)
-    return _GUIDES[key]
+        last = {}
+        _GUIDES[key] = (_build(model, structure, last), last)
+    guide, last = _GUIDES[key]
+    last["analysed"] = (args, kwargs, data)  # ``prepare`` on the same arguments reuses this analysis
+    return guide
 
 
 def _same(a, b):
     return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
-def _build(model, st: _Structure) -> ClosedFormGuide:
+def _build(model, st: _Structure, last: dict) -> ClosedFormGuide:
     gauss, gamma = st.gauss, st.gamma
     sizes, shapes, event_dim = dict(st.sizes), dict(st.shapes), dict(st.event_dims)
     offsets, total = {}, 0
@@ -595,10 +596,10 @@ def _build(model, st: _Structure) -> ClosedFormGuide:
     grad_gamma = jax.grad(_expected_log_joint, argnums=(3, 4))
 
     def prepare(*a, **kw):
-        last = _LAST.get(id(model))
-        if last is not None and _same(last[0], a) and last[1].keys() == kw.keys() and _same(
-                tuple(last[1].values()), tuple(kw.values())):
-            return last[2]
+        seen = last.get("analysed")
+        if seen is not None and _same(seen[0], a) and seen[1].keys() == kw.keys() and _same(
+                tuple(seen[1].values()), tuple(kw.values())):
+            return seen[2]
         other, data = _analyse(model, a, kw)
         if other != st:
             raise ValueError("these arguments give the model another structure; call derived_guide(model, ...) "

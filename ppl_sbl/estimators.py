@@ -23,13 +23,27 @@ try:
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.metrics.pairwise import rbf_kernel
     from sklearn.utils.multiclass import check_classification_targets
-    from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+    from sklearn.utils.validation import check_is_fitted, validate_data
 except ImportError as err:  # pragma: no cover - exercised only without scikit-learn
     raise ImportError("ppl_sbl's estimators (RVR, RVC, GPLVMClassifier, SuperSparseRegressor, "
                       "SuperSparseClassifier) need scikit-learn: pip install 'ppl-sbl[sklearn]'. The models "
                       "themselves (ppl_sbl.models, ppl_sbl.CAVI) do not.") from err
 
 from .inference import CAVI
+
+
+def _sample_weights(sample_weight, n):
+    """``sample_weight`` as n finite non-negative floats (a number: the same weight for all)."""
+    v = np.asarray(sample_weight, dtype=np.float64)
+    if v.ndim == 0:
+        v = np.full(n, float(v))
+    if v.shape != (n,):
+        raise ValueError(f"`sample_weight` must hold one weight per sample, shape ({n},); got shape {v.shape}.")
+    if not np.all(np.isfinite(v)):
+        raise ValueError("`sample_weight` contains NaN or infinity; give every sample a finite weight.")
+    if np.any(v < 0):
+        raise ValueError("Negative values in data passed to `sample_weight`; weights must be >= 0.")
+    return v
 from .validation import ConvergenceWarning as _LibraryConvergenceWarning
 
 __all__ = ["RVR", "RVC", "GPLVMClassifier", "SuperSparseClassifier", "SuperSparseRegressor"]
@@ -452,7 +466,7 @@ class _SuperSparseBase(BaseEstimator):
         """The samples of positive weight and their weights (a weight of 0 takes a sample out of (2))."""
         if sample_weight is None:
             return X, y, None
-        v = _check_sample_weight(sample_weight, X, ensure_non_negative=True)
+        v = _sample_weights(sample_weight, X.shape[0])
         if not np.any(v > 0):
             raise ValueError("`sample_weight` is zero for every sample; give some samples a positive weight.")
         keep = v > 0

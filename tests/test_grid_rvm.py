@@ -310,11 +310,19 @@ def test_models_run_under_numpyro_predictive_with_flattened_sites():
     from numpyro.infer import Predictive
 
     X, _ = table_problem(0, N=10)
-    draws = Predictive(grid_rvm.regression, num_samples=5)(jax.random.PRNGKey(0), X, a0=2.0, b0=2.0, c0=2.0, d0=2.0,
+    S = 400
+    draws = Predictive(grid_rvm.regression, num_samples=S)(jax.random.PRNGKey(0), X, a0=2.0, b0=2.0, c0=2.0, d0=2.0,
                                                            e0=2.0, f0=1.0)
-    assert draws["alpha"].shape == (5, 5) and draws["beta"].shape == (5, 3) and draws["w"].shape == (5, 15)
-    assert draws["t"].shape == (5, 10)
-    assert gaussian.full_covariance is not None
+    assert draws["alpha"].shape == (S, 5) and draws["beta"].shape == (S, 3) and draws["w"].shape == (S, 15)
+    assert draws["t"].shape == (S, 10)
+    # the flattened sites fit together: t_n = vec(X_n)^T w + noise of precision gamma, and
+    # w_kl | alpha, beta ~ N(0, 1 / (alpha_k beta_l)) (p-grid), so both standardise to N(0, 1)
+    residual = (np.asarray(draws["t"]) - np.einsum("nf,sf->sn", X.reshape(10, -1), draws["w"]))
+    z_noise = residual * np.sqrt(np.asarray(draws["gamma"]))[:, None]
+    precision = np.asarray(draws["alpha"])[:, :, None] * np.asarray(draws["beta"])[:, None, :]
+    z_w = np.asarray(draws["w"]).reshape(S, 5, 3) * np.sqrt(precision)
+    for z in (z_noise, z_w):
+        assert abs(np.mean(z)) < 0.1 and abs(np.var(z) - 1.0) < 0.12
 
 
 def test_rbf_table_entries_by_brute_force():

@@ -57,7 +57,7 @@ from ppl_sbl import expfam
 from ppl_sbl import gaussian as G
 from ppl_sbl import likelihoods as L
 from ppl_sbl.bounds import expected_log_sum_gamma, expected_sigmoid, log_sum_bound
-from ppl_sbl.inference import ClosedFormGuide, closed_form_guide
+from ppl_sbl.guide import ClosedFormGuide, closed_form_guide
 from ppl_sbl.validation import check_binary, check_matrix, check_positive, check_targets
 
 __all__ = ["regression", "classification", "GridData", "GridRegressionState", "GridClassificationState",
@@ -388,7 +388,7 @@ REGRESSION_GUIDE = ClosedFormGuide(
     prepare=_reg_prepare, init=_reg_init, update=_reg_update, elbo=_reg_elbo, guide=_make_guide(True),
     predict=_reg_predict, check_new=_check_new_args, relevance=_reg_relevance, elbo_exact=None, bound="none",
 )
-S_REGRESSION_GUIDE = REGRESSION_GUIDE._replace(
+S_REGRESSION_GUIDE = REGRESSION_GUIDE.replace(
     elbo_exact=lambda state, data: _reg_elbo(state, data, exact=True), bound="log-sum",
     bound_gaps=lambda state, data: {"log-sum": _log_sum_gap(state, data)},
 )
@@ -455,7 +455,7 @@ CLASSIFICATION_GUIDE = ClosedFormGuide(
     bound="jaakkola-jordan",
     bound_gaps=_clf_gaps,
 )
-S_CLASSIFICATION_GUIDE = CLASSIFICATION_GUIDE._replace(bound="jaakkola-jordan+log-sum")
+S_CLASSIFICATION_GUIDE = CLASSIFICATION_GUIDE.replace(bound="jaakkola-jordan+log-sum")
 
 
 def _regression_guide(X, t=None, *, kind="p", **hyper):

@@ -71,12 +71,12 @@ from ppl_sbl import fast_ard
 from ppl_sbl import gaussian as G
 from ppl_sbl import likelihoods as L
 from ppl_sbl.bounds import expected_sigmoid
-from ppl_sbl.inference import ClosedFormGuide, closed_form_guide
-from ppl_sbl.validation import check_design, check_positive
+from ppl_sbl.guide import ClosedFormGuide, closed_form_guide
+from ppl_sbl.validation import check_design
 
-from .rvm import (RVMData, _alpha_terms, _ard_prior, _check_new_design, _prior_precision, _rvm_data, _start_alpha,
-                  _update_alpha)
-from .rvm import _make_guide as _rvm_make_guide
+from .ard import (RVMData, alpha_terms, ard_prior, check_new_design, positive_scalar, prior_precision, rvm_data,
+                  start_alpha, update_alpha)
+from .ard import make_guide as ard_guide
 
 __all__ = [
     "classification",
@@ -122,17 +122,13 @@ class RobustData(NamedTuple):
         return self.base.lik.t
 
 
-def _scalar(name, value):
-    return jnp.asarray(check_positive(name, value), dtype=jnp.float64)
-
-
 def _prepare(lik_factory, Phi, t, binary, a, b, c, d, e0, f0):
     if t is None:
         what = "labels (0 or 1)" if binary else "targets"
         raise ValueError(f"`t` is required to fit the model; pass the observed {what}.")
     Phi, t = check_design(Phi, t, binary=binary)
-    base = _rvm_data(lik_factory(Phi, t), None, a, b)
-    return RobustData(base, _scalar("c", c), _scalar("d", d), _scalar("e0", e0), _scalar("f0", f0))
+    base = rvm_data(lik_factory(Phi, t), None, a, b)
+    return RobustData(base, positive_scalar("c", c), positive_scalar("d", d), positive_scalar("e0", e0), positive_scalar("f0", f0))
 
 
 def _omega_terms(shape, rate, data: RobustData):
@@ -150,7 +146,7 @@ def _omega_sites(state, Phi):
 
 
 def _make_guide(has_gamma):
-    return _rvm_make_guide(has_gamma, extra_sites=_omega_sites)
+    return ard_guide(has_gamma, extra_sites=_omega_sites)
 
 
 def _omega_mean(state):
@@ -180,7 +176,7 @@ def _classification_init(data: RobustData) -> ClassificationState:
     precision 2 E[omega] lambda(1) ||phi_k||^2 there (:func:`ppl_sbl.gaussian.start_prior_precision`)."""
     N, M = data.Phi.shape
     omega_shape, omega_rate, xi = jnp.full((N,), data.c), jnp.full((N,), data.d), jnp.ones(N)
-    alpha_shape, alpha_rate = _start_alpha(data.base, L.jj_data_precision(xi, data.base.lik, omega_shape / omega_rate))
+    alpha_shape, alpha_rate = start_alpha(data.base, L.jj_data_precision(xi, data.base.lik, omega_shape / omega_rate))
     return ClassificationState(
         w=G.init_active_gaussian(M, L.jj_rank(data.base.lik), factor=data.Phi.T),
         alpha_shape=alpha_shape,
@@ -194,9 +190,9 @@ def _classification_init(data: RobustData) -> ClassificationState:
 def _classification_update(state: ClassificationState, data: RobustData) -> ClassificationState:
     lik = data.base.lik
     # q(w): (10)-(11), the JJ update with each point weighted by E[omega_n]
-    w = L.jj_update_w(state.w, _prior_precision(state, data.base), state.xi, lik, weights=_omega_mean(state))
+    w = L.jj_update_w(state.w, prior_precision(state, data.base), state.xi, lik, weights=_omega_mean(state))
     # q(alpha): (12)-(13)
-    alpha_shape, alpha_rate = _update_alpha(state, data.base, G.second_moments(w))
+    alpha_shape, alpha_rate = update_alpha(state, data.base, G.second_moments(w))
     # q(omega): c~ = c, d~_n = d - E[ln h(w, xi_n)]  (14)-(15), with the new q(w) and the current xi
     omega_rate = data.d - L.jj_pointwise(w, state.xi, lik)
     # xi: (16)
@@ -208,7 +204,7 @@ def _classification_elbo(state: ClassificationState, data: RobustData):
     """The bound (17): sum_n E[omega_n] E[ln h(w, xi_n)] + prior and entropy terms."""
     return (
         L.jj_elbo_terms(state.w, state.xi, data.base.lik, weights=_omega_mean(state))
-        + _alpha_terms(state, data.base, G.second_moments(state.w))
+        + alpha_terms(state, data.base, G.second_moments(state.w))
         + _omega_terms(state.omega_shape, state.omega_rate, data)
     )
 
@@ -217,18 +213,18 @@ def _classification_elbo_exact(state: ClassificationState, data: RobustData):
     """The ELBO of q itself: sum_n E[omega_n] E_q[ln sigma(s_n phi_n^T w)] by quadrature."""
     return (
         L.bernoulli_exact_terms(state.w, data.base.lik, weights=_omega_mean(state))
-        + _alpha_terms(state, data.base, G.second_moments(state.w))
+        + alpha_terms(state, data.base, G.second_moments(state.w))
         + _omega_terms(state.omega_shape, state.omega_rate, data)
     )
 
 
 def _classification_relevance(state: ClassificationState, data: RobustData):
-    return _prior_precision(state, data.base), L.jj_data_precision(state.xi, data.base.lik, _omega_mean(state))
+    return prior_precision(state, data.base), L.jj_data_precision(state.xi, data.base.lik, _omega_mean(state))
 
 
 def _check_new_args(data: RobustData, Phi_new):
     """``check_new`` of the robust RVM guides: ``Phi_new`` as a float64 matrix with the fit's columns."""
-    return (_check_new_design(Phi_new, data.base),)
+    return (check_new_design(Phi_new, data.base),)
 
 
 def _classification_predict(state: ClassificationState, data: RobustData, Phi_new):
@@ -301,7 +297,7 @@ def _regression_init(data: RobustData) -> RegressionState:
     e_gamma = L.start_noise_precision(data.t)
     gamma_shape = data.e0 + 0.5 * N
     weights = e_gamma * omega_shape / omega_rate
-    alpha_shape, alpha_rate = _start_alpha(data.base, (data.Phi**2).T @ weights)
+    alpha_shape, alpha_rate = start_alpha(data.base, (data.Phi**2).T @ weights)
     return RegressionState(
         w=G.init_active_gaussian(M, L.diagonal_rank(data.Phi), factor=data.Phi.T),
         alpha_shape=alpha_shape,
@@ -322,8 +318,8 @@ def _square_errors(w, data):
 def _regression_update(state: RegressionState, data: RobustData) -> RegressionState:
     e_gamma = expfam.gamma_mean(state.gamma_shape, state.gamma_rate)
     weights = e_gamma * _omega_mean(state)
-    w = L.weighted_update_w(state.w, _prior_precision(state, data.base), weights, weights * data.t, data.Phi)
-    alpha_shape, alpha_rate = _update_alpha(state, data.base, G.second_moments(w))
+    w = L.weighted_update_w(state.w, prior_precision(state, data.base), weights, weights * data.t, data.Phi)
+    alpha_shape, alpha_rate = update_alpha(state, data.base, G.second_moments(w))
     sq = _square_errors(w, data)
     # the Gamma factors in the order the model declares them (gamma, then omega), as derived CAVI does
     gamma_shape = data.e0 + 0.5 * sq.shape[0]
@@ -350,14 +346,14 @@ def _regression_elbo(state: RegressionState, data: RobustData):
     return (
         log_lik
         + gamma_terms
-        + _alpha_terms(state, data.base, G.second_moments(state.w))
+        + alpha_terms(state, data.base, G.second_moments(state.w))
         + _omega_terms(state.omega_shape, state.omega_rate, data)
     )
 
 
 def _regression_relevance(state: RegressionState, data: RobustData):
     weights = expfam.gamma_mean(state.gamma_shape, state.gamma_rate) * _omega_mean(state)
-    return _prior_precision(state, data.base), (data.Phi**2).T @ weights
+    return prior_precision(state, data.base), (data.Phi**2).T @ weights
 
 
 def _regression_predict(state: RegressionState, data: RobustData, Phi_new):
@@ -418,7 +414,7 @@ def classification(Phi, t=None, *, a=1e-5, b=1e-5, c=DEFAULT_R, d=DEFAULT_R):
     Sites: ``alpha`` (M,), ``w`` (M,), ``omega`` (N,), ``t`` (N,) (scaled by ``omega``).
     """
     N, M = jnp.shape(Phi)
-    _, w = _ard_prior(M, a, b, None)
+    _, w = ard_prior(M, a, b, None)
     with numpyro.plate("data", N):
         omega = numpyro.sample("omega", dist.Gamma(c, d))
         with numpyro.handlers.scale(scale=omega):
@@ -436,7 +432,7 @@ def regression(Phi, t=None, *, a=1e-6, b=1e-6, c=2.0, d=2.0, e0=1e-6, f0=1e-6):
     Sites: ``alpha`` (M,), ``w`` (M,), ``gamma`` (), ``omega`` (N,), ``t`` (N,).
     """
     N, M = jnp.shape(Phi)
-    _, w = _ard_prior(M, a, b, None)
+    _, w = ard_prior(M, a, b, None)
     gamma = numpyro.sample("gamma", dist.Gamma(e0, f0))
     with numpyro.plate("data", N):
         omega = numpyro.sample("omega", dist.Gamma(c, d))

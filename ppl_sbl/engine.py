@@ -1,0 +1,249 @@
+"""The compiled core of closed-form CAVI: one sweep, the stopping rule, pruning, and the sweeps
+to the fixed point as one pure loop (:func:`fit`).
+
+Every function here is a pure function of a :class:`~ppl_sbl.guide.ClosedFormGuide` and its
+state and data; the compiled forms are kept by the guide (``guide.compiled``).
+:class:`ppl_sbl.CAVI` (``init``, ``step``, ``run``) and :func:`ppl_sbl.fit_grid` are built on them.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from . import gaussian
+from .guide import ClosedFormGuide
+
+__all__ = ["TOL", "MAX_SWEEPS", "sweep", "converged", "fit", "strong", "stack", "num_active", "active_fields"]
+
+TOL = 1e-9  # the stopping rule's relative tolerance (see :class:`ppl_sbl.CAVI`)
+MAX_SWEEPS = 20000
+
+
+def sweep(guide: ClosedFormGuide, state, data):
+    """One sweep of the guide's updates and the ELBO of the updated state: ``(state, elbo)``."""
+    state = guide.update(state, data)
+    return state, guide.elbo(state, data)
+
+
+def active_fields(state):
+    """Names of the state fields that hold an ActiveGaussian (the prunable factors)."""
+    return [k for k, v in state._asdict().items() if isinstance(v, gaussian.ActiveGaussian)]
+
+
+def prune_state(state, data, guide, threshold):
+    fields = active_fields(state)
+    if not fields:
+        return state
+    prior_precision, data_precision = guide.relevance(state, data)
+    updates = {f: gaussian.prune(getattr(state, f), prior_precision, data_precision, threshold) for f in fields}
+    return state._replace(**updates)
+
+
+def num_active(state):
+    fields = active_fields(state)
+    return max((gaussian.num_active(getattr(state, f)) for f in fields), default=0)
+
+
+def compact_state(state, size):
+    fields = active_fields(state)
+    return state._replace(**{f: gaussian.compact(getattr(state, f), size) for f in fields})
+
+
+def strong(tree):
+    """The same pytree with every array leaf strongly typed: a weakly typed start (Python scalars
+    broadcast by ``init``) would give the first sweeps other abstract types than the later ones,
+    and each would compile the sweep again."""
+    return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)) if hasattr(x, "dtype") else x, tree)
+
+
+PRUNE_EVERY = 5  # sweeps between pruning checks (each check synchronises with the host) ...
+PRUNE_EVERY_MAX = 80  # ... doubling up to this while checks find nothing to prune
+
+
+def summary(guide, state, data):
+    """What the stopping rule watches of a state (:func:`state_change`): the prior precision P_k
+    and the data precision h_k of every coefficient (``guide.relevance``), and the share of w_k's
+    precision that the data give it, c_k / (P_k + c_k), with c_k the data precision given the
+    other coefficients where the state holds an ActiveGaussian (h_k otherwise)."""
+    prior, data_precision = guide.relevance(state, data)
+    fields = active_fields(state)
+    given = data_precision
+    if fields:
+        given = gaussian.conditional_data_precision(getattr(state, fields[0]), prior, data_precision)
+    share = given / jnp.maximum(prior + given, 1e-300)
+    return prior, data_precision, share
+
+
+def state_change(old, new):
+    """The relative change of the state between two :func:`summary` values: the largest, over
+    the coefficients, of |Delta P_k| / P_k weighted by the data's share of w_k's precision (a
+    coefficient the data do not determine can drift slowly towards an infinite precision without
+    changing the fit) and of |Delta h_k| / h_k (the likelihood's factors: E[gamma], xi, the
+    robust weights). Scale-free: rescaling Phi or t leaves it unchanged."""
+
+    def relative(a, b):
+        return jnp.abs(a - b) / jnp.maximum(jnp.maximum(jnp.abs(a), jnp.abs(b)), 1e-300)
+
+    (p0, h0, _), (p1, h1, share) = old, new
+    return jnp.maximum(jnp.max(share * relative(p1, p0), initial=0.0), jnp.max(relative(h1, h0), initial=0.0))
+
+
+def state_tol(tol):
+    """The stopping rule's bound on :func:`state_change`: sqrt(tol). A coordinate update's ELBO
+    gain is the KL divergence by which it moves its factor, about (Delta ln x)^2 / 4 nats for a
+    Gamma factor of shape 1/2, so a relative change of sqrt(tol) corresponds to the ELBO tolerance."""
+    return jnp.sqrt(tol)
+
+
+def compiled_step(guide):
+    """:func:`sweep` of this guide, compiled."""
+    return guide.compiled("step", functools.partial(sweep, guide))
+
+
+def compiled_watched_step(guide):
+    """One sweep of updates followed by the ELBO of the updated state and the state's change
+    (:func:`state_change`)."""
+
+    def watched(state, data):
+        before = summary(guide, state, data)
+        state, value = sweep(guide, state, data)
+        return state, value, state_change(before, summary(guide, state, data))
+
+    return guide.compiled("watched step", watched)
+
+
+CHUNK = 256  # sweeps one compiled call may run before it hands the trace back
+
+
+def converged(value, old, change, tol):
+    """The stopping rule (see :class:`ppl_sbl.CAVI`): the ELBO changed by at most ``tol`` relative over the
+    last sweep and the state by at most sqrt(``tol``) (:func:`state_change`)."""
+    return (jnp.abs(value - old) <= tol * jnp.abs(value)) & (change <= state_tol(tol))
+
+
+def compiled_chunk(guide):
+    """Up to ``n`` sweeps in one compiled ``lax.while_loop``, each followed by the ELBO of the
+    updated state and its change (:func:`state_change`); it stops after the sweep at which
+    :meth:`ppl_sbl.CAVI.run` has something to decide: the fit converged (:func:`converged`) or the ELBO
+    is not finite, or a pruning check is due (``check_prune``, relative change at most
+    ``prune_after``, sweep index at least ``wait``). Returns the state, the ELBO and the state's
+    change after each sweep run (``CHUNK`` slots each, NaN past ``count``) and ``count``.
+    ``first`` is the index of the first sweep, ``previous`` the ELBO before it."""
+
+    def chunk(state, data, previous, first, n, wait, tol, prune_after, check_prune):
+        values = jnp.full((CHUNK,), jnp.nan, dtype=jnp.float64)
+        changes = jnp.full((CHUNK,), jnp.nan, dtype=jnp.float64)
+
+        def cond(carry):
+            _, _, count, _, _, stop, _ = carry
+            return (count < n) & ~stop
+
+        def body(carry):
+            state, old, count, values, changes, _, before = carry
+            # see fit_loop: the barrier keeps XLA from hoisting each use of the data separately
+            state, d = jax.lax.optimization_barrier((state, data))
+            state, value = sweep(guide, state, d)
+            after = summary(guide, state, d)
+            moved = state_change(before, after)
+            i = first + count
+            done = (i > 0) & converged(value, old, moved, tol)
+            prune_due = check_prune & (i > 0) & (jnp.abs(value - old) <= prune_after * jnp.abs(value)) & (i >= wait)
+            stop = done | ~jnp.isfinite(value) | prune_due
+            return state, value, count + 1, values.at[count].set(value), changes.at[count].set(moved), stop, after
+
+        carry = (state, jnp.asarray(previous, jnp.float64), jnp.asarray(0), values, changes, jnp.asarray(False),
+                 summary(guide, state, data))
+        state, _, count, values, changes, _, _ = jax.lax.while_loop(cond, body, carry)
+        return state, values, changes, count
+
+    return guide.compiled("chunk", chunk)
+
+
+def compiled_prune(guide):
+    return guide.compiled("prune", lambda state, data, threshold: prune_state(state, data, guide, threshold))
+
+
+def compiled_relevance(guide):
+    """(prior precision P_k, the precision the data give each coefficient: given the others where
+    the state holds an ActiveGaussian): one compiled function per guide (run op by op, its few
+    dozen small JAX operations took seconds per model, most of it per-operation compilation)."""
+
+    def relevance(state, data):
+        prior, data_precision = guide.relevance(state, data)
+        fields = active_fields(state)
+        if fields:
+            data_precision = gaussian.conditional_data_precision(getattr(state, fields[0]), prior, data_precision)
+        return prior, data_precision
+
+    return guide.compiled("relevance", relevance)
+
+
+def fit_loop(guide, data, tol, max_sweeps, init_state, record):
+    """Sweeps to the stopping rule in one ``lax.while_loop``: (state, ELBO, sweeps, converged,
+    the ELBO after every sweep if ``record``)."""
+    state = strong(guide.init(data) if init_state is None else init_state)
+    dtype = jnp.float64
+    trace = jnp.full((int(max_sweeps) if record else 0,), jnp.nan, dtype)
+
+    def body(carry):
+        state, old, _, i, trace, before, _ = carry
+        # the barrier (tied to the loop-varying state) hides from XLA that the data are loop-
+        # invariant: otherwise it hoists each use of them (e.g. the same column gather of the
+        # design) out of the loop separately, and the body can no longer share their products
+        state, d = jax.lax.optimization_barrier((state, data))
+        state, new = sweep(guide, state, d)
+        after = summary(guide, state, d)
+        if record:
+            trace = trace.at[i].set(new)
+        return state, new, old, i + 1, trace, after, state_change(before, after)
+
+    def cond(carry):
+        _, new, old, i, _, _, moved = carry
+        return (i < max_sweeps) & ((i < 2) | ~converged(new, old, moved, tol))
+
+    carry = (state, jnp.asarray(-jnp.inf, dtype), jnp.asarray(-jnp.inf, dtype), jnp.asarray(0), trace,
+             summary(guide, state, data), jnp.asarray(jnp.inf, dtype))
+    state, new, old, sweeps, trace, _, moved = jax.lax.while_loop(cond, body, carry)
+    return state, new, sweeps, (sweeps >= 2) & converged(new, old, moved, tol), trace
+
+
+def fit(guide: ClosedFormGuide, data, *, tol=TOL, max_sweeps=MAX_SWEEPS, init_state=None):
+    """CAVI as one pure function (``lax.while_loop``, no pruning): jit- and vmap-able.
+
+    Returns ``(state, elbo, num_sweeps, converged)``, ``converged`` by the stopping rule of
+    :class:`ppl_sbl.CAVI` (the ELBO's and the state's change over the last sweep). Use it to fit many
+    problems of the same shape at once, e.g. ``jax.vmap(lambda d: fit(guide, d))(stacked_data)``,
+    or use :func:`fit_grid`, which does that for a list of designs and returns results.
+    """
+    return fit_loop(guide, data, tol, max_sweeps, init_state, record=False)[:4]
+
+
+def stack(datas):
+    structures = {jax.tree.structure(d) for d in datas}
+    shapes = {tuple(jnp.shape(x) for x in jax.tree.leaves(d)) for d in datas}
+    if len(structures) > 1 or len(shapes) > 1:
+        raise ValueError(
+            "the designs give prepared data of different structures or shapes (e.g. different "
+            "numbers of columns, or a low-rank factor of data-dependent rank), so they cannot be "
+            "fitted in one vmapped call; fit them one by one with CAVI(...).run."
+        )
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *datas)
+
+
+def batched_map(fn, stacked, n, batch_size):
+    """``jax.lax.map(fn, stacked, batch_size=batch_size)`` written out with explicit shapes (the
+    library version infers a -1 dimension, which fails for leaves with a zero-size axis)."""
+    if batch_size >= n:
+        return jax.vmap(fn)(stacked)
+    if batch_size == 1:
+        return jax.lax.map(fn, stacked)
+    full = (n // batch_size) * batch_size
+    head = jax.tree.map(lambda x: x[:full].reshape((n // batch_size, batch_size) + x.shape[1:]), stacked)
+    out = jax.lax.map(jax.vmap(fn), head)
+    out = jax.tree.map(lambda x: x.reshape((full,) + x.shape[2:]), out)
+    if full < n:
+        tail = jax.vmap(fn)(jax.tree.map(lambda x: x[full:], stacked))
+        out = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), out, tail)
+    return out

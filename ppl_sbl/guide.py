@@ -1,0 +1,180 @@
+"""The guide protocol: a model's closed-form mean-field guide as pure functions.
+
+A model is a plain NumPyro program. Its closed-form guide is a :class:`ClosedFormGuide`, pure
+functions over an explicit state (the optax ``GradientTransformation`` pattern), attached to the
+model with :func:`closed_form_guide` so that ``CAVI(model)`` finds it::
+
+    data  = guide.prepare(*args, **kwargs)   # validated arrays and hyperparameters, once
+    state = guide.init(data)                 # the start, at the data's scale
+    state = guide.update(state, data)        # one full sweep of the paper's updates
+    value = guide.elbo(state, data)          # the analytic objective the sweeps maximise
+    fn    = guide.guide(state)               # a NumPyro guide with the model's signature
+
+The :class:`typing.Protocol` types below name each function's signature.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional, Protocol
+
+import jax
+
+__all__ = ["ClosedFormGuide", "closed_form_guide", "resolve_guide", "Prepare", "Init", "Update", "Elbo",
+           "BuildGuide", "Predict", "CheckNew", "Relevance", "Summaries", "FastSchedule"]
+
+Data = Any  # a NamedTuple of arrays: the prepared arguments
+State = Any  # a NamedTuple of arrays: the variational parameters
+
+
+class Prepare(Protocol):
+    def __call__(self, *args, **kwargs) -> Data: ...
+
+
+class Init(Protocol):
+    def __call__(self, data: Data) -> State: ...
+
+
+class Update(Protocol):
+    def __call__(self, state: State, data: Data) -> State: ...
+
+
+class Elbo(Protocol):
+    def __call__(self, state: State, data: Data) -> jax.Array: ...
+
+
+class BuildGuide(Protocol):
+    def __call__(self, state: State) -> Callable: ...
+
+
+class Predict(Protocol):
+    def __call__(self, state: State, data: Data, *new_args) -> Any: ...
+
+
+class CheckNew(Protocol):
+    def __call__(self, data: Data, *new_args) -> tuple: ...
+
+
+class Relevance(Protocol):
+    def __call__(self, state: State, data: Data) -> tuple[jax.Array, jax.Array]: ...
+
+
+class Summaries(Protocol):
+    """``bound_gaps`` and ``extras``: named scalars or arrays of a fitted state."""
+
+    def __call__(self, state: State, data: Data) -> dict: ...
+
+
+class FastSchedule(Protocol):
+    def __call__(self, *args, tol: float, max_passes: int, progress: Optional[Callable], **kwargs) -> tuple: ...
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ClosedFormGuide:
+    """The closed-form mean-field guide of a model, as pure functions.
+
+    prepare(*args, **kwargs) -> data
+        Validate the model's arguments and precompute constants (a NamedTuple of arrays).
+    init(data) -> state
+        The default starting point, at the data's scale (E[gamma] = 10 / var(t), E[alpha_k] the
+        unit-information prior h_k / N, xi = 1; derived guides alike, :mod:`ppl_sbl.derived`),
+        so that rescaling Phi or t rescales the whole sequence of sweeps.
+    update(state, data) -> state
+        One sweep of the closed-form updates, local-bound parameters included.
+    elbo(state, data) -> scalar
+        The analytic objective that the sweeps maximise (with the local bound where one is
+        used), every constant kept.
+    guide(state) -> callable
+        A NumPyro guide with the model's signature, for ``Predictive`` and ``Trace_ELBO``.
+    predict(state, data, *new_args) -> array or tuple
+        Predictions for new inputs (see each model).
+    check_new(data, *new_args) -> new_args or None
+        Validation of ``predict``'s new arguments (shapes against the fit, NaN), which needs
+        their values: where given, results run it first and then ``predict`` compiled, which
+        must then be a pure JAX function of already checked arguments; without it ``predict``
+        runs as it is, op by op, and checks its own arguments.
+    relevance(state, data) -> (prior_precision, data_precision)
+        Per-coefficient precisions (M,) used by the relevance rule and by pruning.
+    elbo_exact(state, data) -> scalar or None
+        The true ELBO of q where ``elbo`` uses a local bound (by quadrature).
+    bound : str
+        ``"none"`` or the name of the local bound used by ``elbo``.
+    observed : str
+        The name of the observed site.
+    bound_gaps(state, data) -> {bound name: nats} or None
+        How much each local bound loses against its exact expectation under q (each >= 0, and
+        together ``elbo_exact - elbo``); without it a result reports ``elbo_exact - elbo``
+        under the name of ``bound``.
+    extras(state, data) -> {name: array} or None
+        Model-specific summaries of the fitted state, readable as attributes of the result
+        (e.g. the robust RVM's ``result.outlier_score``).
+    fast(*args, tol, max_passes, progress, **kwargs) -> (data, state, fit) or None
+        The fast schedule (``CAVI(model, schedule="fast")``, :mod:`ppl_sbl.fast_ard`): the data,
+        the guide's state for the restricted family it ends in, and its
+        :class:`ppl_sbl.fast_ard.FastFit` (ELBO trace, active set, which of it the data support).
+
+    The guide owns the compiled forms of its functions (:meth:`compiled`): every run of the
+    same guide on arguments of the same shapes reuses them.
+    """
+
+    prepare: Prepare
+    init: Init
+    update: Update
+    elbo: Elbo
+    guide: BuildGuide
+    predict: Predict
+    relevance: Relevance
+    elbo_exact: Optional[Elbo] = None
+    bound: str = "none"
+    observed: str = "t"
+    bound_gaps: Optional[Summaries] = None
+    extras: Optional[Summaries] = None
+    check_new: Optional[CheckNew] = None
+    fast: Optional[FastSchedule] = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "_compiled", {})
+
+    def compiled(self, name, fn: Callable) -> Callable:
+        """``jax.jit(fn)``, made once per ``name`` and kept by this guide (``fn`` must be a function
+        of this guide alone, the same for every call with this name)."""
+        if name not in self._compiled:
+            self._compiled[name] = jax.jit(fn)
+        return self._compiled[name]
+
+    def replace(self, **changes) -> "ClosedFormGuide":
+        """A copy with some functions or fields replaced (its own compiled functions)."""
+        return dataclasses.replace(self, **changes)
+
+    # pickling and :mod:`ppl_sbl.saving` store the fields, not the compiled functions
+    def __getstate__(self):
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def __setstate__(self, fields):
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+        self.__post_init__()
+
+
+def closed_form_guide(guide):
+    """Decorator attaching a closed-form guide to a NumPyro model function.
+
+    ``guide`` is a :class:`ClosedFormGuide`, or a function of the model's arguments that returns
+    one (for a model whose guide depends on a static option, e.g. the product or the sum rule
+    of the grid RVM).
+    """
+
+    def attach(model):
+        model.closed_form_guide = guide
+        return model
+
+    return attach
+
+
+def resolve_guide(spec, args, kwargs) -> ClosedFormGuide:
+    """The ClosedFormGuide for these model arguments (``spec`` is a guide or a selector)."""
+    if isinstance(spec, ClosedFormGuide):
+        return spec
+    chosen = spec(*args, **kwargs)
+    if not isinstance(chosen, ClosedFormGuide):
+        raise TypeError(f"the guide selector returned {type(chosen).__name__}, not a ClosedFormGuide.")
+    return chosen
