@@ -7,6 +7,8 @@ import pytest
 
 from ppl_sbl import basis
 from ppl_sbl.models import sequential_sbl as ss
+from ppl_sbl.models.sequential_sbl import algebra, workspace
+from ppl_sbl.models.sequential_sbl.gains import move_gains, small_factors
 
 
 def problem(seed, N=50, M=35, noise=0.3):
@@ -54,7 +56,7 @@ def test_block_structured_design_equals_direct(seed):
     D = D[rng.permutation(D.shape[0])][:, rng.permutation(D.shape[1])]
     y = D @ (rng.normal(size=D.shape[1]) * (rng.random(D.shape[1]) < 0.4)) + 0.1 * rng.normal(size=D.shape[0])
     st = ss.fit(D, y, noise_var=0.5, update_noise=True)
-    assert len(ss._Work(st)._blocks()) > 1  # stacks of blocks of more than one size
+    assert len(workspace.Workspace(st).blocks()) > 1  # stacks of blocks of more than one size
     check_against_direct(st, D, y, True)
 
 
@@ -95,7 +97,7 @@ def test_first_move_and_gains_are_exact():
     alpha[rng.choice(D.shape[1], 6, replace=False)] = rng.uniform(0.1, 5.0, size=6)
     L0, C = direct_L(D, y, alpha, 0.1)
     S, Q = direct_SQ(D, y, C)
-    gain, new = ss._gains(alpha, S, Q)
+    gain, new = move_gains(alpha, S, Q)
     for m in range(D.shape[1]):
         if not np.isfinite(gain[m]):
             continue
@@ -327,7 +329,7 @@ def test_practical_stop_has_no_significant_move(case, update_noise):
     assert st.log_marginal_likelihood == pytest.approx(L, rel=1e-10)
     S, Q = direct_SQ(D, y, C)
     a = st.active
-    gain, new = ss._gains(st.alpha, S, Q)
+    gain, new = move_gains(st.alpha, S, Q)
     floor = 1e-9 * abs(L)  # gains from direct statistics carry this much rounding
     allowed = cosines(D)[:, a].max(axis=1) <= ss.MAX_ALIGNMENT
     out = ~np.isfinite(st.alpha)
@@ -462,7 +464,7 @@ def test_overlapping_rbfs_end_on_exact_statistics(block, monkeypatch):
     """Wide, overlapping RBFs make the rank-one updates drift; the refreshes before convergence
     leave the returned state on statistics recomputed from scratch (in one block of columns or
     in several)."""
-    monkeypatch.setattr(ss, "_REFRESH_BLOCK", block)
+    monkeypatch.setattr(algebra, "_REFRESH_BLOCK", block)
     rng = np.random.default_rng(11)
     x = np.sort(rng.uniform(-5, 5, 80))
     y = np.sinc(x) + 0.05 * rng.normal(size=80)
@@ -484,7 +486,7 @@ def test_overlapping_rbfs_end_on_exact_statistics(block, monkeypatch):
     np.testing.assert_allclose(st.S, S, rtol=1e-5, atol=1e-6 * np.abs(S).max())
     np.testing.assert_allclose(st.Q, Q, rtol=1e-5, atol=1e-6 * np.abs(Q).max())
     # no move gains at the returned state, by the direct statistics
-    gain, _ = ss._gains(st.alpha, S, Q)
+    gain, _ = move_gains(st.alpha, S, Q)
     assert np.max(gain) <= 1e-6 * max(1.0, abs(L))
 
 
@@ -547,7 +549,7 @@ def test_nan_gains_are_not_convergence(monkeypatch):
     D, y, rng = problem(7)
     clean = ss.fit(D, y, noise_var=0.1, tol=1e-13)
     assert clean.converged and clean.stop_reason == "tolerance"
-    real, calls = ss._gains, []
+    real, calls = workspace.move_gains, []
 
     def nan_after_three(*args):
         gain, new = real(*args)
@@ -557,7 +559,7 @@ def test_nan_gains_are_not_convergence(monkeypatch):
             gain[0] = np.nan
         return gain, new
 
-    monkeypatch.setattr(ss, "_gains", nan_after_three)
+    monkeypatch.setattr(workspace, "move_gains", nan_after_three)
     st = ss.fit(D, y, noise_var=0.1, tol=1e-13)
     assert st.stop_reason == "ill-conditioned" and not st.converged
     assert len(st.moves) == 3  # three moves, then a refresh (a fourth and fifth call) and the stop
@@ -627,11 +629,11 @@ def test_small_factors_of_a_function_the_data_determine():
     C = noise_var * np.eye(N) + (D[:, rest] / alpha[rest]) @ D[:, rest].T
     s4, q4 = D[:, 4] @ np.linalg.solve(C, D[:, 4]), D[:, 4] @ np.linalg.solve(C, y)
     k = int(np.flatnonzero(act == 4)[0])
-    s, q = ss._small_factors(alpha[act], S[act], Q[act], np.diag(Sigma), mu)
+    s, q = small_factors(alpha[act], S[act], Q[act], np.diag(Sigma), mu)
     assert s[k] == pytest.approx(s4, rel=1e-10) and q[k] == pytest.approx(q4, rel=1e-10)
-    s_old, _ = ss._small_factors(alpha[act], S[act], Q[act])
+    s_old, _ = small_factors(alpha[act], S[act], Q[act])
     assert abs(s_old[k] / s4 - 1) > 0.5  # the form in S alone has lost every digit here
-    gain, new = ss._gains(alpha, S, Q, act, np.diag(Sigma), mu)
+    gain, new = move_gains(alpha, S, Q, act, np.diag(Sigma), mu)
     L0 = kk_L(D, y, alpha, noise_var)
     for m in act:
         changed = alpha.copy()
@@ -639,7 +641,7 @@ def test_small_factors_of_a_function_the_data_determine():
         assert gain[m] == pytest.approx(kk_L(D, y, changed, noise_var) - L0, rel=1e-9)
     # the moves of the functions out of the model are unchanged
     inactive = np.flatnonzero(~np.isfinite(alpha))
-    np.testing.assert_array_equal(gain[inactive], ss._gains(alpha, S, Q)[0][inactive])
+    np.testing.assert_array_equal(gain[inactive], move_gains(alpha, S, Q)[0][inactive])
 
 
 def test_overlapping_rbf_image_converges():
@@ -679,7 +681,7 @@ def test_overlapping_rbf_image_converges():
     np.testing.assert_allclose(st.S[out], S[out], rtol=1e-3, atol=1e-12 * np.max(S))
     # Q enters the gains through Q^2 / S (a function is added where Q / sqrt(S) > 1): to 1e-3 there
     assert np.max(np.abs(st.Q[out] - Q[out]) / np.sqrt(S[out])) <= 1e-3
-    gain, _ = ss._gains(st.alpha, S, Q, a, sigma_diag, mu)
+    gain, _ = move_gains(st.alpha, S, Q, a, sigma_diag, mu)
     assert np.max(gain) <= 1e-6 * abs(L)
 
 
@@ -691,7 +693,7 @@ def test_moves_that_lower_L_are_undone(monkeypatch):
     gains once none is left."""
     D, y, _ = problem(2, N=60, M=40)
     clean = ss.fit(D, y, noise_var=0.1)
-    real_gains, real_refresh, refreshes = ss._gains, ss._Work.refresh, []
+    real_gains, real_refresh, refreshes = workspace.move_gains, workspace.Workspace.refresh, []
 
     def counted_refresh(self):
         refreshes.append(len(self.moves))
@@ -707,8 +709,8 @@ def test_moves_that_lower_L_are_undone(monkeypatch):
                 gain[worst], new[worst] = 100.0, np.inf
         return gain, new
 
-    monkeypatch.setattr(ss, "_gains", wrong_between_first_two_refreshes)
-    monkeypatch.setattr(ss._Work, "refresh", counted_refresh)
+    monkeypatch.setattr(workspace, "move_gains", wrong_between_first_two_refreshes)
+    monkeypatch.setattr(workspace.Workspace, "refresh", counted_refresh)
     st = ss.fit(D, y, noise_var=0.1)
     assert len(st.rollbacks) == 1 and st.rollbacks[0][1] < -1.0
     assert st.rollbacks[0][0] == refreshes[0]  # back to the state of the first refresh
@@ -733,7 +735,7 @@ def test_align_tol_keeps_functions_near_the_span_out():
     dense, a = D.to_dense()[obs], st.active
     L, S, Q, sigma_diag, mu, _ = least_squares_statistics(dense, img[obs], st.alpha, 1e-3, a)
     assert st.log_marginal_likelihood == pytest.approx(L, rel=1e-9)
-    gain, _ = ss._gains(st.alpha, S, Q, a, sigma_diag, mu)
+    gain, _ = move_gains(st.alpha, S, Q, a, sigma_diag, mu)
     gaining = np.flatnonzero(gain > 1e-6 * abs(L))
     assert len(gaining) > 0  # the guard is what stops the fit here
     relative = S * 1e-3 / np.sum(dense**2, axis=0)
