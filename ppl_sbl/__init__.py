@@ -51,7 +51,7 @@ __all__ = [
     "probit",
     "sparse_gp",
 ]
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402,F401
 
 _ESTIMATORS = ("RVR", "RVC", "GPLVMClassifier", "SuperSparseClassifier", "SuperSparseRegressor")
 

@@ -193,7 +193,7 @@ def save(obj, path):
     """Write ``obj`` (a fitted result: :class:`ppl_sbl.CAVIResult`, the sequential SBL state, a
     GPLVM or super-sparse result) to ``path`` in the portable format of this module. A name
     without an ending gets ``.npz``, as :func:`numpy.savez` does. Returns the path written."""
-    from . import __version__
+    from .version import __version__
 
     encoder = _Encoder()
     root = encoder(obj, "result")

@@ -182,8 +182,6 @@ class SBLState(ResultMethods, Saveable):
         """The NumPyro program (:func:`model`); the same as ``program``."""
         return model
 
-    converged = True  # a state is the exact fixed point of the moves made so far
-
     @property
     def guide(self):
         """:func:`guide` with this state's mu and Sigma."""

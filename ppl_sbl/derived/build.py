@@ -1,0 +1,310 @@
+"""The derived guide: closed-form updates from the gradient of the expected log joint with respect
+to each factor's mean parameters (the conjugate-exponential fixed point), and the derived
+guide's ELBO, NumPyro guide, predictions and relevance."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from jax.scipy.special import digamma
+
+from .. import expfam, gaussian
+from ..bounds import expected_sigmoid
+from ..guide import ClosedFormGuide
+from .objective import expected_log_joint, linear_moments
+from .structure import (DerivedData, DerivedState, Structure, analyse, base_function, flat, monosum, stack_sites,
+                        trace_model, unstack_sites)
+
+
+# ----------------------------------------------------------------------------------------------
+# The guide
+# ----------------------------------------------------------------------------------------------
+_GUIDES = {}  # (model, structure) -> (guide, the arguments it was last analysed on)
+
+
+def covariance(state, name):
+    """The covariance of the Gaussian factor ``name`` of a derived guide's state, as a dense matrix
+    (factors on low-rank designs are kept in factored form during the sweeps)."""
+    cov = state.cov[name]
+    return gaussian.dense_covariance(cov) if isinstance(cov, gaussian.ActiveGaussian) else cov
+
+
+def derived_guide(model, *args, **kwargs) -> ClosedFormGuide:
+    """The closed-form guide of ``model(*args, **kwargs)`` derived from its trace (see the module
+    docstring). Raises :class:`NotConjugateError` naming the first site outside the vocabulary.
+
+    The guide is reused (and its sweep compiled once) for every call with the same structure (the
+    same sites, shapes and dependencies); its ``prepare`` reads the numbers of new arguments."""
+    structure, data = analyse(model, args, kwargs)
+    key = (model, structure)
+    if key not in _GUIDES:
+        last = {}
+        _GUIDES[key] = (_build(model, structure, last), last)
+    guide, last = _GUIDES[key]
+    last["analysed"] = (args, kwargs, data)  # ``prepare`` on the same arguments reuses this analysis
+    return guide
+
+
+def _same(a, b):
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
+    gauss, gamma = st.gauss, st.gamma
+    sizes, shapes, event_dim = dict(st.sizes), dict(st.shapes), dict(st.event_dims)
+    offsets, total = {}, 0
+    for name in gamma:
+        offsets[name] = total
+        total += sizes[name]
+
+    touches = dict(st.touches)
+
+    def _touching(data, n):
+        """The terms whose expected log density depends on Gamma site n (the others have no
+        gradient with respect to it: skipping them saves re-evaluating the likelihood)."""
+        keep = lambda d: {k: v for k, v in d.items() if n in touches[k]}  # noqa: E731
+        return DerivedData(keep(data.terms), keep(data.jj), keep(data.priors), keep(data.sums), {})
+
+    lowrank = set(st.lowrank)
+    factor_term = {f: name for name, _, _, fs in st.normal for f in fs}  # the term holding f's factor F
+
+    def second_moment(state, data, f):
+        """E[zz^T] of a dense factor; (diag E[zz^T], tr(F F^T E[zz^T])) of a factored one."""
+        m = state.mean[f]
+        if f not in lowrank:
+            return state.cov[f] + jnp.outer(m, m)
+        q, F = state.cov[f], data.terms[factor_term[f]].F[f]
+        # tr(F^T Sigma F) as kept by the update (``factor_var``: no cancellation where the data
+        # dominate the prior)
+        return (gaussian.covariance_diagonal(q) + m ** 2, jnp.sum(q.factor_var) + jnp.sum((F.T @ m) ** 2))
+
+    def gamma_moments(state):
+        g_shape, g_rate = stack_sites(state.shape, gamma), stack_sites(state.rate, gamma)
+        return g_shape / g_rate, digamma(g_shape) - jnp.log(g_rate)
+
+    def moments(state, data):
+        means = {f: state.mean[f] for f in gauss}
+        second = {f: second_moment(state, data, f) for f in gauss}
+        return (means, second, *gamma_moments(state))
+
+    grad_gauss = jax.grad(expected_log_joint, argnums=(1, 2))
+    grad_gamma = jax.grad(expected_log_joint, argnums=(3, 4))
+
+    def prepare(*a, **kw):
+        seen = last.get("analysed")
+        if seen is not None and _same(seen[0], a) and seen[1].keys() == kw.keys() and _same(
+                tuple(seen[1].values()), tuple(kw.values())):
+            return seen[2]
+        other, data = analyse(model, a, kw)
+        if other != st:
+            raise ValueError("these arguments give the model another structure; call derived_guide(model, ...) "
+                             "with them (CAVI does).")
+        return data
+
+    def init(data):
+        cov = {f: (gaussian.init_active_gaussian(sizes[f], data.terms[factor_term[f]].F[f].shape[1],
+                                               factor=data.terms[factor_term[f]].F[f]) if f in lowrank
+                   else jnp.eye(sizes[f])) for f in gauss}
+        state = DerivedState(mean={f: jnp.zeros(sizes[f]) for f in gauss}, cov=cov,
+                             shape={n: data.priors[n].shape for n in gamma},
+                             rate={n: data.priors[n].rate for n in gamma},
+                             xi={n: jnp.ones_like(t.s) for n, t in data.jj.items()},
+                             logdet={f: jnp.zeros(()) for f in gauss},
+                             log_eta={n: jnp.zeros(t.idx.shape) for n, t in data.sums.items()})  # eta = 1
+        return start(state, data)
+
+    def start(state, data):
+        """The Gamma factors' means at the data's scale, as the hand-written guides start
+        (:mod:`ppl_sbl.models.rvm`): (1) the Gamma elements in the precision of every row of an
+        observed Normal site (a shared noise precision) at 10 / var(observed values) (divided
+        evenly in logarithm among them, the constant factor of the precision taken out); (2) the
+        Gamma elements in the precision of each Gaussian factor's own prior so that this
+        precision matches the unit-information prior h_k / N
+        (:func:`ppl_sbl.gaussian.start_prior_precision`), h_k the precision the other terms give
+        element k at this start and N the number of observations: by least squares in logarithm
+        (minimum norm) for a product of Gamma elements, evenly for a sum. Every other Gamma
+        element stays at its prior."""
+        g_mean, _ = gamma_moments(state)
+        log_mean, changed = jnp.log(g_mean), jnp.zeros(total, dtype=bool)
+
+        def counts(index):  # how many rows of an index list (rows, k) hold each Gamma element
+            index = jnp.asarray(index).reshape(index.shape[0], -1)
+            return jnp.sum(jax.nn.one_hot(index, total + 1, dtype=jnp.float64), axis=(0, 1))[:total]
+
+        for name, t in data.terms.items():  # (1) shared precisions of observed Normal sites
+            if name not in data.observed or t.A.shape[1] == 0:
+                continue
+            shared = counts(t.A) == t.A.shape[0]
+            y = jnp.asarray(data.observed[name]).reshape(-1)
+            spread = jnp.var(y)
+            spread = jnp.where(spread > 0, spread, jnp.mean(y * y))
+            target = jnp.log(10.0 / jnp.where(spread > 0, spread, 1.0)) - jnp.mean(t.c)
+            log_mean = jnp.where(shared, target / jnp.maximum(jnp.sum(shared), 1), log_mean)
+            changed = changed | shared
+        n_obs = sum(int(np.prod(jnp.shape(v))) for v in data.observed.values())
+        for f in gauss:  # (2) each Gaussian factor's own prior precision
+            own, own_sum = data.terms.get(f), data.sums.get(f)
+            if own is None and own_sum is None:
+                continue
+            others = DerivedData({k: v for k, v in data.terms.items() if k != f}, data.jj, data.priors,
+                                 {k: v for k, v in data.sums.items() if k != f}, {})
+            g_now = jnp.exp(log_mean)
+            means, second, _, _ = moments(state, data)
+            _, d_second = grad_gauss(others, means, second, g_now, log_mean, (state.xi, state.log_eta))
+            if f in lowrank:
+                F = data.terms[factor_term[f]].F[f]
+                h = -2.0 * d_second[f][0] - 2.0 * d_second[f][1] * jnp.sum(F ** 2, 1)
+            else:
+                h = -2.0 * jnp.diag(d_second[f])
+            log_target = jnp.log(gaussian.start_prior_precision(h, n_obs))
+            if own_sum is not None:
+                mask = counts(own_sum.idx) > 0
+                log_mean = jnp.where(mask, jnp.mean(log_target) - np.log(own_sum.idx.shape[1]), log_mean)
+                changed = changed | mask
+                continue
+            if own.A.shape[1] == 0:
+                continue
+            y = log_target - own.c
+            mask = counts(own.A) > 0
+            if own.A.shape[1] == 1:  # one element per row: the mean over the rows holding it
+                total_y = jax.ops.segment_sum(y, own.A[:, 0], num_segments=total + 1)[:total]
+                u = total_y / jnp.maximum(counts(own.A), 1.0)
+            else:  # a product: the minimum-norm least-squares solution
+                design = jnp.sum(jax.nn.one_hot(own.A, total + 1, dtype=jnp.float64), axis=1)[:, :total]
+                u = jnp.linalg.pinv(design) @ y
+            log_mean = jnp.where(mask, u, log_mean)
+            changed = changed | mask
+        shape = stack_sites(state.shape, gamma)
+        rate = jnp.where(changed, shape / jnp.exp(log_mean), stack_sites(state.rate, gamma))
+        return state._replace(rate=unstack_sites(rate, gamma, sizes))
+
+    def update(state, data):
+        for f in gauss:  # Gaussian factors first, in the model's order
+            means, second, g_mean, g_log = moments(state, data)
+            d_mean, d_second = grad_gauss(data, means, second, g_mean, g_log, (state.xi, state.log_eta))
+            if f in lowrank:  # Sigma^-1 = diag(d) + c F F^T: Woodbury, in factored form
+                d_diag, d_quad = d_second[f]
+                F = data.terms[factor_term[f]].F[f]
+                q = gaussian.update_active_gaussian(state.cov[f], -2.0 * d_diag, None, d_mean[f],
+                                                  jnp.zeros(sizes[f]), data_factor=F * jnp.sqrt(-2.0 * d_quad))
+                q = gaussian.factor_variance(q, -2.0 * d_quad)
+                state = state._replace(mean={**state.mean, f: q.mean}, cov={**state.cov, f: q},
+                                       logdet={**state.logdet, f: q.log_det})
+                continue
+            P = -(d_second[f] + d_second[f].T)  # Sigma^-1 = -2 dL/dE[zz^T], symmetrised
+            chol = jnp.linalg.cholesky(P)
+            cov = jax.scipy.linalg.cho_solve((chol, True), jnp.eye(sizes[f]))
+            mean = cov @ d_mean[f]
+            logdet = -2.0 * jnp.sum(jnp.log(jnp.diag(chol)))
+            state = state._replace(mean={**state.mean, f: mean}, cov={**state.cov, f: cov},
+                                   logdet={**state.logdet, f: logdet})
+        # the Gaussian moments are fixed from here on: computed once for the Gamma and xi updates
+        means, second, _, _ = moments(state, data)
+        for n in gamma:  # then the Gamma factors, in the model's order
+            g_mean, g_log = gamma_moments(state)
+            d_gmean, d_glog = grad_gamma(_touching(data, n), means, second, g_mean, g_log, (state.xi, state.log_eta))
+            sl = slice(offsets[n], offsets[n] + sizes[n])
+            state = state._replace(shape={**state.shape, n: 1.0 + d_glog[sl]}, rate={**state.rate, n: -d_gmean[sl]})
+        if data.jj:  # then the local-bound parameters: xi^2 = E[x^2]
+            state = state._replace(xi={n: jnp.sqrt(linear_moments(t, means, second)[1]) for n, t in data.jj.items()})
+        if data.sums:  # and ln eta_k = E[ln x_k] (the log-sum bound is tight in expectation there)
+            _, g_log = gamma_moments(state)
+            state = state._replace(log_eta={n: g_log[t.idx] for n, t in data.sums.items()})
+        return state
+
+    def entropy(state):
+        value = 0.0
+        for f in gauss:
+            value = value + expfam.gaussian_entropy(state.logdet[f], sizes[f])
+        for n in gamma:
+            value = value + jnp.sum(expfam.gamma_entropy(state.shape[n], state.rate[n]))
+        return value
+
+    def elbo(state, data):
+        return expected_log_joint(data, *moments(state, data), (state.xi, state.log_eta)) + entropy(state)
+
+    def elbo_exact(state, data):
+        exact = (stack_sites(state.shape, gamma), stack_sites(state.rate, gamma))
+        return expected_log_joint(data, *moments(state, data), (state.xi, state.log_eta), exact=exact) + entropy(state)
+
+    def guide_fn(state):
+        def guide(*a, **kw):
+            for name in st.latent_order:
+                shape = shapes[name]
+                if name in gauss:
+                    if len(shape) == 0:
+                        numpyro.sample(name, dist.Normal(state.mean[name][0], jnp.sqrt(covariance(state, name)[0, 0])))
+                    elif len(shape) == 1 and event_dim[name] == 1:
+                        numpyro.sample(name, dist.MultivariateNormal(state.mean[name], covariance(state, name)))
+                    else:
+                        raise NotImplementedError(
+                            f"site '{name}': the NumPyro guide of a derived Gaussian factor covers vectors with one "
+                            "event dimension (declare the site with .to_event(1))")
+                else:
+                    q = dist.Gamma(state.shape[name].reshape(shape), state.rate[name].reshape(shape))
+                    numpyro.sample(name, q.to_event(event_dim[name]) if event_dim[name] else q)
+        return guide
+
+    def predict(state, data, *new_args, **new_kwargs):
+        """For new arguments of the model (e.g. a new design matrix): the observed site's predictive
+        mean and variance (Normal: mean affine in the Gaussians plus the noise variance 1 / E[tau];
+        a Gamma site whose shape differs for the new arguments, such as a per-point noise scale,
+        enters at its prior mean) or P(t = 1) = E_q[sigmoid(logits)] (Bernoulli)."""
+        name = st.observed
+        if not name:
+            raise ValueError("the model has no observed site to predict.")
+        means = {f: state.mean[f] for f in gauss}
+        g_means = {n: state.shape[n] / state.rate[n] for n in gamma}
+        tr = trace_model(model, new_args, new_kwargs)
+        if name not in tr:
+            raise ValueError(f"the model called with these arguments has no site '{name}'.")
+        values = {}
+        for n in gamma:  # E[g] from q where the shapes agree, else the prior mean
+            if tuple(jnp.shape(tr[n]["value"])) == shapes[n]:
+                values[n] = g_means[n].reshape(shapes[n])
+            else:
+                fn = base_function(tr[n]["fn"])
+                values[n] = jnp.broadcast_to(fn.concentration / fn.rate, jnp.shape(tr[n]["value"]))
+
+        def site_at(zvec):
+            z = unstack_sites(zvec, gauss, sizes)
+            vals = {**values, **{f: z[f].reshape(shapes[f]) for f in gauss}}
+            return trace_model(model, new_args, new_kwargs, vals)[name]
+
+        def linear(zvec):
+            fn = base_function(site_at(zvec)["fn"])
+            size = int(np.prod(jnp.shape(site_at(zvec)["value"]), dtype=int))
+            return flat(fn.loc if isinstance(fn, dist.Normal) else fn.logits, size)
+
+        m = stack_sites(means, gauss)
+        mean = linear(m)
+        J = jax.jacfwd(linear)(m)
+        blocks = np.cumsum([sizes[f] for f in gauss])[:-1]
+        var = sum(jnp.sum((b @ covariance(state, f)) * b, 1) for f, b in zip(gauss, jnp.split(J, blocks, axis=1)))
+        fn = base_function(site_at(m)["fn"])
+        if isinstance(fn, dist.Normal):
+            return mean, var + flat(fn.scale, mean.shape[0]) ** 2
+        return expected_sigmoid(mean, var)
+
+    def relevance(state, data):
+        """(prior precision, data precision) of each element of the first Gaussian factor: E[tau]
+        of its own prior site, and the rest of the diagonal of its natural precision."""
+        f = gauss[0]
+        means, second, g_mean, g_log = moments(state, data)
+        _, d_second = grad_gauss(data, means, second, g_mean, g_log, (state.xi, state.log_eta))
+        if f in lowrank:
+            F = data.terms[factor_term[f]].F[f]
+            total = -2.0 * d_second[f][0] - 2.0 * d_second[f][1] * jnp.sum(F ** 2, 1)
+        else:
+            total = -2.0 * jnp.diag(d_second[f])
+        own = data.terms.get(f)
+        prior = jnp.exp(own.c + monosum(own.A, jnp.log(g_mean))) if own is not None else jnp.zeros(sizes[f])
+        return prior, total - prior
+
+    has_jj, has_sum = bool(st.bernoulli), bool(st.sums)
+    bound = "+".join(b for b, on in (("jaakkola-jordan", has_jj), ("log-sum", has_sum)) if on) or "none"
+    return ClosedFormGuide(prepare=prepare, init=init, update=update, elbo=elbo, guide=guide_fn, predict=predict,
+                           relevance=relevance, elbo_exact=elbo_exact if (has_jj or has_sum) else None,
+                           bound=bound, observed=st.observed)

@@ -1,0 +1,402 @@
+"""The model's trace read as a conjugate-exponential structure: which sites are Gaussian vectors,
+which Gamma precisions, how each enters the likelihood terms (affine means, monomial precisions,
+sums of Gammas, Gamma-valued scale weights), checked numerically on perturbed traces."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+from numpyro import handlers
+
+from ..gaussian import low_rank_factor
+
+SVI_HINT = ("fit this model with SVI instead (numpyro.infer.SVI with an AutoNormal guide and "
+             "numpyro.infer.Trace_ELBO), or rewrite the site in the derived-CAVI vocabulary (Gaussian vectors, "
+             "Gamma variables with constant shape and rate, Normal likelihoods with a mean affine in the Gaussians "
+             "and a precision that is a product of Gammas)")
+
+
+class NotConjugateError(ValueError):
+    """The model leaves the vocabulary of derived CAVI; the message names the site."""
+
+
+class DerivedState(NamedTuple):
+    """q of a derived guide: per Gaussian site its mean (D,), covariance (D, D) and log|covariance|;
+    per Gamma site its shape and rate (flattened); per Bernoulli site the Jaakkola-Jordan
+    parameters xi."""
+
+    mean: dict
+    cov: dict
+    shape: dict
+    rate: dict
+    xi: dict
+    logdet: dict
+    log_eta: dict = {}
+
+
+class _Term(NamedTuple):
+    """One Normal site: r = x - mu = a + sum_f B[f] z_f (B[f] dense, or its diagonal as a vector),
+    precision tau = exp(c + A ln g) (g all Gamma elements stacked; A, 0/1, held as the index lists
+    of its ones, see :func:`monosum`), log-density scale exp(cs + As ln g). Where every row shares one
+    precision and one scale (``uniform``), G[f] = B[f]^T B[f] is precomputed; with one Gaussian
+    factor also a^T a and B^T a (sum_i E[r_i^2] = a^T a + 2 (B^T a)^T E[z] + tr(G E[zz^T]) costs no
+    product with B), and where G has low numerical rank its factor F (G = F F^T) in place of G."""
+
+    a: jax.Array
+    B: dict
+    c: jax.Array
+    A: jax.Array
+    cs: jax.Array
+    As: jax.Array
+    G: dict
+    aTa: jax.Array
+    BTa: dict
+    F: dict
+
+
+class _JJTerm(NamedTuple):
+    """One Bernoulli-logit site: logits x = a + sum_f B[f] z_f, signs s = 2 t - 1, log-density
+    scale exp(cs + As ln g)."""
+
+    a: jax.Array
+    B: dict
+    s: jax.Array
+    cs: jax.Array
+    As: jax.Array
+
+
+class _GammaPrior(NamedTuple):
+    """A Gamma site's constant prior (shape, rate), its log-density scale, and the indices of its
+    elements in the stacked Gamma vector."""
+
+    shape: jax.Array
+    rate: jax.Array
+    cs: jax.Array
+    As: jax.Array
+    sel: jax.Array
+
+
+class _SumTerm(NamedTuple):
+    """A Normal site whose precision is a sum of Gamma elements (the s-grid): r = a + sum_f B[f] z_f,
+    tau_i = sum_j g[idx[i, j]], E[ln tau] through the log-sum bound with parameters eta."""
+
+    a: jax.Array
+    B: dict
+    idx: jax.Array
+    cs: jax.Array
+    As: jax.Array
+
+
+class DerivedData(NamedTuple):
+    """The numbers of a derived guide: the terms of each registry entry, and the observed values
+    (``observed``: {site: value}, for ArviZ export)."""
+
+    terms: dict
+    jj: dict
+    priors: dict
+    sums: dict = {}
+    observed: dict = {}
+
+
+def base_function(fn):
+    """The distribution under Independent / Expanded wrappers, and whether it was masked."""
+    while True:
+        if isinstance(fn, dist.Independent):
+            fn = fn.base_dist
+        elif isinstance(fn, dist.ExpandedDistribution):
+            fn = fn.base_dist
+        else:
+            return fn
+
+
+def _safe_value(site):
+    """Latent values for tracing the structure: Gamma elements 1, Gaussians 0 (a prior draw
+    under vague hyperpriors can underflow to 0 and make the downstream sites invalid)."""
+    if site["type"] != "sample" or site.get("is_observed"):
+        return None
+    base = base_function(site["fn"])
+    shape = site["fn"].shape(site["kwargs"].get("sample_shape", ()))
+    if isinstance(base, dist.Gamma):
+        return jnp.ones(shape)
+    if isinstance(base, dist.Normal):
+        return jnp.zeros(shape)
+    return None
+
+
+def trace_model(model, args, kwargs, values=None):
+    values = values or {}
+
+    def value(site):
+        return values[site["name"]] if site["name"] in values else _safe_value(site)
+
+    with handlers.trace() as tr, handlers.seed(rng_seed=0), handlers.substitute(substitute_fn=value):
+        model(*args, **kwargs)
+    return tr
+
+
+def _sites(tr):
+    return [(name, s) for name, s in tr.items() if s["type"] == "sample"]
+
+
+def _classify(tr):
+    gauss, gamma, normal_sites, bern_sites, gamma_priors = [], [], [], [], []
+    for name, s in _sites(tr):
+        base = base_function(s["fn"])
+        observed = s["is_observed"]
+        if not observed:
+            if isinstance(base, dist.Normal):
+                gauss.append(name)
+            elif isinstance(base, dist.Gamma):
+                gamma.append(name)
+            else:
+                raise NotConjugateError(
+                    f"site '{name}': a latent {type(base).__name__} variable is not conjugate in derived CAVI "
+                    f"(latent variables must be Normal or Gamma); {SVI_HINT}.")
+        if isinstance(base, dist.Normal):
+            normal_sites.append(name)
+        elif isinstance(base, dist.Gamma):
+            if observed:
+                raise NotConjugateError(f"site '{name}': observed Gamma data are not in the derived-CAVI vocabulary; "
+                                        f"{SVI_HINT}.")
+            gamma_priors.append(name)
+        elif isinstance(base, dist.BernoulliLogits):
+            bern_sites.append(name)
+        else:
+            raise NotConjugateError(
+                f"site '{name}': an observed {type(base).__name__} likelihood is not in the derived-CAVI vocabulary "
+                f"(Normal with a mean affine in the Gaussian latents, or Bernoulli(logits=...) with affine logits); "
+                f"{SVI_HINT}.")
+    return gauss, gamma, normal_sites, bern_sites, gamma_priors
+
+
+def flat(x, size):
+    return jnp.broadcast_to(jnp.asarray(x, dtype=jnp.float64), size).reshape(-1)
+
+
+def _affine_check(name, what, f, x0, x1, tol=1e-8):
+    """Jacobian of f at x0, checked to predict f(x1) (f affine); returns (f(0), J)."""
+    J = jax.jacfwd(f)(x0)
+    f0 = f(x0)
+    got = f(x1)
+    pred = f0 + J @ (x1 - x0)
+    if not np.allclose(np.asarray(pred), np.asarray(got), rtol=tol, atol=tol * (1 + float(jnp.max(jnp.abs(got))))):
+        raise NotConjugateError(f"site '{name}': its {what}; {SVI_HINT}.")
+    return f0 - J @ x0, J
+
+
+def _monomial(name, what, f, u0, u1, z0, z1):
+    """f(u, z) = ln of a positive quantity; checks it is c + A u (A in {0, 1}, no dependence on z);
+    returns c and the index lists of A's ones (see :func:`monosum`)."""
+    c, A = _affine_check(name, f"{what} is not a product of Gamma variables", lambda u: f(u, z0), u0, u1)
+    if not np.allclose(np.asarray(f(u0, z0)), np.asarray(f(u0, z1))):
+        raise NotConjugateError(f"site '{name}': its {what} depends on a Gaussian latent variable; {SVI_HINT}.")
+    An = np.asarray(A)
+    if not np.all(np.isclose(An, 0.0) | np.isclose(An, 1.0)):
+        raise NotConjugateError(
+            f"site '{name}': its {what} raises a Gamma variable to a power other than 1 (derived CAVI needs each "
+            f"Gamma element at most once, to the first power); {SVI_HINT}.")
+    # as index lists: row i is the product of the Gamma elements idx[i, :] (padded with the index
+    # one past the last element, which stands for a factor 1)
+    ones = np.isclose(An, 1.0)
+    k = int(ones.sum(1).max()) if An.size else 0
+    idx = np.full((An.shape[0], k), An.shape[1], dtype=np.int32)
+    for i, row in enumerate(ones):
+        cols = np.flatnonzero(row)
+        idx[i, :len(cols)] = cols
+    return c, jnp.asarray(idx)
+
+
+def _sum_of_gammas(name, log_f, u0, u1, z0, total):
+    """Index lists of a precision that is a sum of two or more distinct Gamma elements (each
+    with coefficient 1, no constant), or None if it is not one."""
+    f = lambda g: jnp.exp(log_f(jnp.log(g), z0))  # noqa: E731
+    g0, g1 = jnp.exp(u0), jnp.exp(u1)
+    J = np.asarray(jax.jacfwd(f)(g0))
+    if not (np.all(np.isclose(J, 0.0) | np.isclose(J, 1.0)) and np.allclose(np.asarray(f(g1)), J @ np.asarray(g1))
+            and np.allclose(np.asarray(f(g0)), J @ np.asarray(g0))):
+        return None
+    ones = np.isclose(J, 1.0)
+    counts = ones.sum(1)
+    if counts.min() < 2 or counts.max() != counts.min():
+        return None
+    return jnp.asarray(np.stack([np.flatnonzero(row) for row in ones]).astype(np.int32))
+
+
+def monosum(idx, u):
+    """sum_j u[idx[i, j]] per row (the log of a product of Gamma elements), with u padded by a 0."""
+    return jnp.sum(jnp.append(u, 0.0)[idx], axis=-1)
+
+
+def stack_sites(z, names):
+    return jnp.concatenate([z[n] for n in names]) if names else jnp.zeros(0)
+
+
+def unstack_sites(zvec, names, sizes):
+    out, start = {}, 0
+    for n in names:
+        out[n] = zvec[start:start + sizes[n]]
+        start += sizes[n]
+    return out
+
+
+class Structure(NamedTuple):
+    """What the sweep's code depends on (hashable: the key under which a derived guide is reused)."""
+
+    gauss: tuple
+    gamma: tuple
+    sizes: tuple
+    shapes: tuple
+    event_dims: tuple
+    latent_order: tuple
+    normal: tuple  # (name, uniform)
+    bernoulli: tuple
+    priors: tuple
+    observed: str
+    touches: tuple  # (site, the Gamma sites its expected log density depends on)
+    lowrank: tuple  # Gaussian factors kept in factored form (Woodbury)
+    sums: tuple = ()  # Normal sites whose precision is a sum of Gamma elements (log-sum bound)
+
+
+def analyse(model, args, kwargs):
+    """(structure, data) of model(*args, **kwargs) from its trace; see the module docstring."""
+    tr = trace_model(model, args, kwargs)
+    gauss, gamma, normal_sites, bern_sites, gamma_priors = _classify(tr)
+    if not gauss and not gamma:
+        name = getattr(model, "__name__", repr(model))
+        raise NotConjugateError(
+            f"model {name} has no latent Normal or Gamma sites, so there is nothing for derived CAVI to infer; "
+            "attach a hand-written guide with @ppl_sbl.closed_form_guide(guide), or fit the model with SVI.")
+    shapes = {name: tuple(jnp.shape(tr[name]["value"])) for name in gauss + gamma}
+    sizes = {name: int(np.prod(shapes[name], dtype=int)) for name in shapes}
+    offsets, total = {}, 0
+    for name in gamma:  # stacked Gamma elements: offsets into ln g
+        offsets[name] = total
+        total += sizes[name]
+    k1, k2, k3, k4 = jax.random.split(jax.random.PRNGKey(0), 4)
+    z0 = {n: jax.random.normal(jax.random.fold_in(k1, i), (sizes[n],)) for i, n in enumerate(gauss)}
+    z1 = {n: jax.random.normal(jax.random.fold_in(k2, i), (sizes[n],)) for i, n in enumerate(gauss)}
+    u0 = 0.3 * jax.random.normal(k3, (total,))
+    u1 = 0.3 * jax.random.normal(k4, (total,))
+    zv0, zv1 = stack_sites(z0, gauss), stack_sites(z1, gauss)
+
+    def site(z, u, name):
+        values = {n: z[n].reshape(shapes[n]) for n in gauss}
+        values.update({n: jnp.exp(u[offsets[n]:offsets[n] + sizes[n]]).reshape(shapes[n]) for n in gamma})
+        return trace_model(model, args, kwargs, values)[name]
+
+    def linear_part(name, size):
+        """r = x - mu (Normal) or the logits (Bernoulli) as a function of (stacked z, u)."""
+        def f(zvec, u):
+            st = site(unstack_sites(zvec, gauss, sizes), u, name)
+            fn = base_function(st["fn"])
+            if isinstance(fn, dist.Normal):
+                return flat(st["value"], size) - flat(fn.loc, size)
+            return flat(fn.logits, size)
+        return f
+
+    def log_precision(name, size):
+        return lambda u, z: -2.0 * jnp.log(flat(base_function(site(z, u, name)["fn"]).scale, size))
+
+    def log_scale(name, size):
+        def ls(u, z):
+            sc = site(z, u, name)["scale"]
+            return jnp.zeros(size) if sc is None else jnp.log(flat(sc, size))
+        return ls
+
+    terms, jj, priors, normal, sums = {}, {}, {}, [], {}
+    for name in [n for n, _ in _sites(tr)]:
+        st = tr[name]
+        size = int(np.prod(jnp.shape(st["value"]), dtype=int))
+        # the log-density scale: a constant or a monomial in the Gamma elements, not the Gaussians
+        cs, As = _monomial(name, "log-density scale (numpyro.handlers.scale)", log_scale(name, size), u0, u1, z0, z1)
+        if name in gamma_priors:
+            for other_u, other_z in ((u1, z0), (u0, z1)):
+                fa, fb = base_function(st["fn"]), base_function(site(other_z, other_u, name)["fn"])
+                if not (np.allclose(flat(fa.concentration, size), flat(fb.concentration, size))
+                        and np.allclose(flat(fa.rate, size), flat(fb.rate, size))):
+                    raise NotConjugateError(
+                        f"site '{name}': a Gamma prior whose shape or rate depends on other latent variables is not "
+                        f"conjugate in derived CAVI (they must be constants); {SVI_HINT}.")
+            fn = base_function(st["fn"])
+            sel = jnp.arange(offsets[name], offsets[name] + size, dtype=jnp.int32)
+            priors[name] = _GammaPrior(flat(fn.concentration, size), flat(fn.rate, size), cs, As, sel)
+            continue
+        f = linear_part(name, size)
+        what = "mean" if name in normal_sites else "logits"
+        a, J = _affine_check(name, f"{what} is not affine in the Gaussian latent variables", lambda zv: f(zv, u0),
+                             zv0, zv1)
+        if not np.allclose(np.asarray(f(zv0, u0)), np.asarray(f(zv0, u1))):
+            raise NotConjugateError(f"site '{name}': its {what} depends on a Gamma variable; {SVI_HINT}.")
+        B = dict(zip(gauss, np.split(np.asarray(J), np.cumsum([sizes[g] for g in gauss])[:-1], axis=1)))
+        # a diagonal block (a Gaussian site's own prior) is kept as its diagonal: no dense products
+        B = {g: jnp.asarray(np.diag(b).copy() if is_diagonal(b) else b) for g, b in B.items() if np.any(b != 0)}
+        if name in bern_sites:
+            t = np.asarray(st["value"], dtype=np.float64).reshape(-1)
+            if not np.all((t == 0) | (t == 1)):
+                raise ValueError(f"site '{name}': Bernoulli observations must be 0 or 1; got the values "
+                                 f"{np.unique(t)[:5]}. Code the labels as 0/1.")
+            jj[name] = _JJTerm(a, B, jnp.asarray(2.0 * t - 1.0), cs, As)
+            continue
+        try:
+            c, A = _monomial(name, "precision (1 / scale^2)", log_precision(name, size), u0, u1, z0, z1)
+        except NotConjugateError as not_product:
+            idx = _sum_of_gammas(name, log_precision(name, size), u0, u1, z0, total)
+            if idx is None:
+                raise not_product
+            sums[name] = _SumTerm(a, B, idx, cs, As)
+            continue
+        uniform = bool(np.all(np.asarray(A) == np.asarray(A)[:1]) and np.all(np.asarray(As) == np.asarray(As)[:1])
+                       and np.ptp(np.asarray(c)) == 0 and np.ptp(np.asarray(cs)) == 0)  # every row alike
+        G, aTa, BTa, F = {}, jnp.zeros(()), {}, {}
+        if uniform:
+            G = {g: (jnp.diag(b ** 2) if b.ndim == 1 else b.T @ b) for g, b in B.items()}
+            if len(B) == 1:
+                (g, b), = B.items()
+                aTa, BTa = jnp.sum(a ** 2), {g: apply_matrix(b, a) if b.ndim == 1 else b.T @ a}
+                factor = low_rank_factor(np.asarray(G[g])) if b.ndim == 2 else None
+                if factor is not None:
+                    F, G = {g: jnp.asarray(factor)}, {}
+        terms[name] = _Term(a, B, c, A, cs, As, G, aTa, BTa, F)
+        normal.append((name, uniform, tuple(B), tuple(F)))
+    latent_order = tuple(n for n, _ in _sites(tr) if n in gauss or n in gamma)
+    observed = [n for n, st in _sites(tr) if st["is_observed"]]
+    def touched(*indices, own=None):
+        cols = set(np.concatenate([np.asarray(i).ravel() for i in indices]).tolist()) - {total}
+        found = {n for n in gamma for c_ in cols if offsets[n] <= c_ < offsets[n] + sizes[n]}
+        return tuple(sorted(found | ({own} if own else set())))
+
+    touches = tuple([(n, touched(t.A, t.As)) for n, t in terms.items()]
+                    + [(n, touched(t.idx, t.As)) for n, t in sums.items()]
+                    + [(n, touched(t.As)) for n, t in jj.items()]
+                    + [(n, touched(p_.As, own=n)) for n, p_ in priors.items()])
+    # Gaussian factors kept in factored form: every term on them is diagonal or the one low-rank term
+    lowrank = []
+    for g in gauss:
+        on = [t for t in terms.values() if g in t.B]
+        if any(g in t.B for t in list(jj.values()) + list(sums.values())):
+            continue
+        low = [t for t in on if t.F]
+        if len(low) == 1 and all(len(t.B) == 1 and (t.F or t.B[g].ndim == 1) for t in on):
+            lowrank.append(g)
+    structure = Structure(
+        gauss=tuple(gauss), gamma=tuple(gamma), sizes=tuple(sorted(sizes.items())),
+        shapes=tuple(sorted(shapes.items())), event_dims=tuple((n, tr[n]["fn"].event_dim) for n in latent_order),
+        latent_order=latent_order, normal=tuple(normal), bernoulli=tuple((n, tuple(jj[n].B)) for n in jj),
+        sums=tuple((n, tuple(sums[n].B), tuple(sums[n].idx.shape)) for n in sums),
+        priors=tuple(priors), observed=observed[0] if observed else "", touches=touches, lowrank=tuple(lowrank))
+    values = {n: jnp.asarray(st_["value"]) for n, st_ in _sites(tr) if st_["is_observed"]}
+    return structure, DerivedData(terms, jj, priors, sums, values)
+
+
+
+
+def is_diagonal(b):
+    return b.shape[0] == b.shape[1] and np.count_nonzero(b - np.diag(np.diag(b))) == 0
+
+
+def apply_matrix(b, x):
+    """B x, for B stored dense (2-d) or as its diagonal (1-d)."""
+    return b * x if b.ndim == 1 else b @ x
