@@ -167,8 +167,7 @@ def compiled_prune(guide):
 
 def compiled_relevance(guide):
     """(prior precision P_k, the precision the data give each coefficient: given the others where
-    the state holds an ActiveGaussian): one compiled function per guide (run op by op, its few
-    dozen small JAX operations took seconds per model, most of it per-operation compilation)."""
+    the state holds an ActiveGaussian), compiled once per guide."""
 
     def relevance(state, data):
         prior, data_precision = guide.relevance(state, data)

@@ -81,8 +81,7 @@ class CAVI:
         precision h_k (which carries E[gamma], the local-bound parameters xi, the robust weights)
         moved by more than that. ``converged`` says whether this happened within ``max_sweeps``.
         Vague Gamma hyperpriors put a large constant into the ELBO (about ln(1/a0) nats per
-        precision), so the default is small: 1e-9 (with 1e-7 the RVM on 1000 sinc points stops
-        0.2 nats short, with visibly different predictions). The state's part makes the rule
+        precision), so the default is small: 1e-9. The state's part makes the rule
         independent of how slowly the sweeps happen to move: the ELBO can be flat to rounding
         while the state still moves (sqrt(tol) ~ 3e-5 per sweep corresponds to the ELBO
         tolerance, a coordinate update gaining the KL divergence by which it moves its factor).

@@ -2,8 +2,8 @@
 :mod:`ppl_sbl.models.robust_rvm`): the hierarchical prior alpha_k ~ Gamma(a0, b0),
 w_k | alpha_k ~ N(0, 1/alpha_k), the validated data, and the closed-form q(alpha) factor.
 
-The equation numbers are those of the grid RVM paper (Kropotov et al., "Grid relevance vector
-machines") with a single column (M2 = 1, beta = 1), which are Bishop & Tipping's (2000) updates.
+The equation numbers are those of the grid RVM paper (Kropotov et al., the gridRVM for
+table-structured data) with a single column (M2 = 1, beta = 1), which are Bishop & Tipping's (2000) updates.
 """
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ Models (plain NumPyro programs; they run unchanged under NUTS, SVI and ``Predict
 Gamma is shape/rate. Closed-form guide: q(w) q(alpha) q(gamma) with q(w) = N(mu, Sigma),
 q(alpha_k) = Gamma(a_k, b_k), q(gamma) = Gamma(e, f); for classification the Jaakkola-Jordan
 bound with one xi_n per point. One sweep, in the equation numbers of the grid RVM paper
-(Kropotov et al., ``shared/papers/grid_rvm_kropotov.txt``) with a single column (M2 = 1,
-beta = 1), which are Bishop & Tipping's (2000) updates:
+(Kropotov et al., the gridRVM for table-structured data) with a single
+column (M2 = 1, beta = 1), which are Bishop & Tipping's (2000) updates:
 
     Sigma = (diag E[alpha] + E[gamma] Phi^T Phi)^-1,  mu = E[gamma] Sigma Phi^T t     (15)
     a_k = a0 + 1/2,  b_k = b0 + E[w_k^2]/2                                             (16)
