@@ -42,6 +42,9 @@ __all__ = [
     "psi_statistics",
     "fixed_input_statistics",
     "collapsed_bound",
+    "bound_factors",
+    "BoundFactors",
+    "sqdist",
     "exact_log_marginal",
     "predict_f",
     "SparseGP",
@@ -63,7 +66,7 @@ def add_jitter(K, jitter=JITTER):
 
 
 @jax.jit
-def _sqdist(X1, X2, weights=None):
+def sqdist(X1, X2, weights=None):
     """sum_q w_q (x_q - x'_q)^2 for every pair of rows (clipped at 0 against rounding)."""
     if weights is not None:
         root = jnp.sqrt(weights)
@@ -79,11 +82,11 @@ def _safe_sqrt(d):
 
 
 def _rbf(p, X1, X2):
-    return p["variance"] * jnp.exp(-0.5 * p["alpha"] * _sqdist(X1, X2))
+    return p["variance"] * jnp.exp(-0.5 * p["alpha"] * sqdist(X1, X2))
 
 
 def _rbf_ard(p, X1, X2):
-    return p["variance"] * jnp.exp(-0.5 * _sqdist(X1, X2, p["alpha"]))
+    return p["variance"] * jnp.exp(-0.5 * sqdist(X1, X2, p["alpha"]))
 
 
 def _linear(p, X1, X2):
@@ -91,7 +94,7 @@ def _linear(p, X1, X2):
 
 
 def _matern32(p, X1, X2):
-    s = math.sqrt(3.0) * _safe_sqrt(_sqdist(X1, X2)) / p["lengthscale"]
+    s = math.sqrt(3.0) * _safe_sqrt(sqdist(X1, X2)) / p["lengthscale"]
     return p["variance"] * (1.0 + s) * jnp.exp(-s)
 
 
@@ -144,7 +147,7 @@ def default_params(name, X, *, variance=1.0, ard_dims=None):
     X = np.asarray(X, dtype=np.float64)
     if name in ("rbf", "matern32"):
         n = min(len(X), 1000)
-        d = np.asarray(_sqdist(jnp.asarray(X[:n]), jnp.asarray(X[:n])))
+        d = np.asarray(sqdist(jnp.asarray(X[:n]), jnp.asarray(X[:n])))
         med = float(np.median(d[np.triu_indices(n, 1)])) if n > 1 else 1.0
         med = med if med > 0 else 1.0
         if name == "rbf":
@@ -219,21 +222,25 @@ def fixed_input_statistics(name, params, X, Z):
 # ----------------------------------------------------------------------------------------------
 # The collapsed bound and predictions
 # ----------------------------------------------------------------------------------------------
-class _Factors(NamedTuple):
+class BoundFactors(NamedTuple):
+    """The factorisations :func:`collapsed_bound` and :func:`predict_f` share (see :func:`bound_factors`)."""
+
     Lm: jax.Array  # chol(K_MM + jitter)
     LB: jax.Array  # chol(I + beta Lm^-1 Psi2 Lm^-T)
     c: jax.Array  # LB^-1 Lm^-1 Psi1^T Y  (M, D)
     trace_A: jax.Array  # tr(K_MM^-1 Psi2)
 
 
-def _factors(Kmm, stats, Y, beta, jitter):
+def bound_factors(Kmm, stats, Y, beta, jitter):
+    """With K_MM + jitter = Lm Lm^T and A = Lm^-1 Psi2 Lm^-T: Lm, LB with I + beta A = LB LB^T,
+    c = LB^-1 Lm^-1 Psi1^T Y (M, D) and tr(A) = tr(K_MM^-1 Psi2), as a :class:`BoundFactors`."""
     Lm = jnp.linalg.cholesky(add_jitter(Kmm, jitter))
     half = jsl.solve_triangular(Lm, stats.Psi2, lower=True)
     A = jsl.solve_triangular(Lm, half.T, lower=True)  # Lm^-1 Psi2 Lm^-T (symmetric)
     A = 0.5 * (A + A.T)
     LB = jnp.linalg.cholesky(jnp.eye(A.shape[0], dtype=A.dtype) + beta * A)
     c = jsl.solve_triangular(LB, jsl.solve_triangular(Lm, stats.Psi1.T @ Y, lower=True), lower=True)
-    return _Factors(Lm, LB, c, jnp.trace(A))
+    return BoundFactors(Lm, LB, c, jnp.trace(A))
 
 
 def collapsed_bound(Y, stats: PsiStats, Kmm, beta, jitter=JITTER):
@@ -248,7 +255,7 @@ def collapsed_bound(Y, stats: PsiStats, Kmm, beta, jitter=JITTER):
     trace terms). log|beta Psi2 + K_MM| - log|K_MM| is computed as log|I + beta A|, A = Lm^-1
     Psi2 Lm^-T."""
     N, D = Y.shape
-    f = _factors(Kmm, stats, Y, beta, jitter)
+    f = bound_factors(Kmm, stats, Y, beta, jitter)
     return (-0.5 * N * D * LOG_2PI + 0.5 * N * D * jnp.log(beta) - D * jnp.sum(jnp.log(jnp.diagonal(f.LB)))
             - 0.5 * beta * jnp.sum(Y**2) + 0.5 * beta**2 * jnp.sum(f.c**2)
             - 0.5 * beta * D * (stats.psi0 - f.trace_A))
@@ -267,7 +274,7 @@ def predict_f(name, params, Z, stats: PsiStats, Y, beta, Xnew, jitter=JITTER):
     """The predictive mean (n*, D) and variance (n*,) of the latent function at ``Xnew`` under
     q(U) at its optimum (eqs. 3.28-3.29): mean = beta K_*M (K_MM + beta Psi2)^-1 Psi1^T Y, var =
     k_** - K_*M K_MM^-1 K_M* + K_*M (K_MM + beta Psi2)^-1 K_M* (add 1 / beta for the outputs)."""
-    f = _factors(kernel(name, params, Z), stats, Y, beta, jitter)
+    f = bound_factors(kernel(name, params, Z), stats, Y, beta, jitter)
     Kms = kernel(name, params, Z, Xnew)
     v = jsl.solve_triangular(f.Lm, Kms, lower=True)
     w = jsl.solve_triangular(f.LB, v, lower=True)

@@ -13,8 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from ppl_sbl import linalg
 from ppl_sbl import sparse_gp as sg
 from ppl_sbl.models import gplvm
+from ppl_sbl.models.gplvm import collapsed, natural, programs
 
 
 def toy(n=24, p=5, seed=0):
@@ -112,7 +114,7 @@ def test_fixed_point_equations_hold_at_the_optimum():
     only through its diagonal) and mubar_q = dF~/dmu_q."""
     Y, Z = toy(16)
     res = gplvm.fit(Y, Z, model="supervised", latent_dim=2, num_inducing=5, max_steps=3000, tol=1e-14)
-    p, kp, prior, beta = gplvm._unpack(res.free, res.fixed)
+    p, kp, prior, beta = collapsed.unpack(res.free, res.fixed)
 
     def data_term(mu, var):
         stats = sg.psi_statistics("rbf_ard", kp, mu, var, p["inducing"])
@@ -120,7 +122,7 @@ def test_fixed_point_equations_hold_at_the_optimum():
 
     mu, var = jnp.asarray(res.latent_mean), jnp.asarray(res.latent_var)
     d_mu, d_var = jax.grad(data_term, argnums=(0, 1))(mu, var)
-    K_Y = gplvm._prior_cov(res.Y, res.prior_kernel, prior, res.jitter)
+    K_Y = programs.prior_cov(res.Y, res.prior_kernel, prior, res.jitter)
     lam = np.asarray(gplvm.precisions(K_Y, p["log_lam"]))
     np.testing.assert_allclose(-2 * np.asarray(d_var), lam, rtol=1e-3, atol=1e-4 * lam.max())
     # mu_q = K_Y dF~/dmu_q (in the directions K_Y nearly annihilates, mubar itself is free)
@@ -225,20 +227,13 @@ def test_classifier_estimator_any_labels():
 
 def test_host_lapack_and_jax_paths_give_the_same_q_x_and_gradient(monkeypatch):
     """The inverse of B_q by LAPACK's potri in a host callback and by JAX's Cholesky and cho_solve
-    (the path without the callback) give the same q(X), KL and gradients; both against the
-    dense inverse."""
+    (the path without the callback) give the same q(X), KL and gradients (each route against the
+    dense inverse: tests/test_linalg.py)."""
     rng = np.random.default_rng(3)
     N, Q = 60, 3
     X = rng.normal(size=(N, 4))
     K_Y = sg.add_jitter(sg.kernel("rbf", {"variance": 1.0, "alpha": 0.3}, jnp.asarray(X)))
     mubar, log_lam = jnp.asarray(rng.normal(size=(N, Q))), jnp.asarray(rng.normal(size=(N, Q)))
-    lam = np.asarray(gplvm.precisions(K_Y, log_lam)).T
-    inv, logdet = gplvm._host_inverse(np.asarray(K_Y), lam)
-    for q in range(Q):
-        B = np.eye(N) + np.sqrt(lam[q])[:, None] * np.asarray(K_Y) * np.sqrt(lam[q])[None, :]
-        upper = np.triu_indices(N)
-        np.testing.assert_allclose(inv[q][upper], np.linalg.inv(B)[upper], rtol=1e-10, atol=1e-12)
-        np.testing.assert_allclose(logdet[q], np.linalg.slogdet(B)[1], rtol=1e-12)
 
     def objective(mubar, log_lam):
         mu, var, kl = gplvm.latent_posterior(K_Y, mubar, log_lam)
@@ -246,7 +241,7 @@ def test_host_lapack_and_jax_paths_give_the_same_q_x_and_gradient(monkeypatch):
 
     results = []
     for host in (True, False):
-        monkeypatch.setattr(gplvm, "_host_lapack", lambda host=host: host)
+        monkeypatch.setattr(linalg, "use_host_lapack", lambda host=host: host)
         results.append(jax.value_and_grad(objective, (0, 1))(mubar, log_lam))
     (v1, (gm1, gl1)), (v2, (gm2, gl2)) = results
     np.testing.assert_allclose(v1, v2, rtol=1e-11)
@@ -266,8 +261,9 @@ def test_bound_and_gradient_finish_on_a_single_core():
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
         import numpy as np, jax, jax.numpy as jnp
         from ppl_sbl import sparse_gp as sg
+        from ppl_sbl import linalg
         from ppl_sbl.models import gplvm
-        assert not gplvm._host_lapack(), "one core: the host callback must not be used"
+        assert not linalg.use_host_lapack(), "one core: the host callback must not be used"
         rng = np.random.default_rng(0)
         N, Q = 300, 20
         K = sg.add_jitter(sg.kernel("rbf", {"variance": 1.0, "alpha": 0.2}, jnp.asarray(rng.normal(size=(N, 5)))))
@@ -289,144 +285,15 @@ def test_bound_and_gradient_finish_on_a_single_core():
 # ----------------------------------------------------------------------------------------------
 # The natural-gradient fit
 # ----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("N", [1, 7, 64, 65, 131, 300])
-def test_triangular_inverse_against_numpy(N):
-    """The recursive in-place inverse of a lower-triangular factor against numpy's inverse, from
-    a single block (N <= 64, LAPACK's trtri) to three levels of recursion, odd sizes included."""
-    rng = np.random.default_rng(N)
-    G = rng.normal(size=(N, N))
-    L = np.linalg.cholesky(G @ G.T / N + np.eye(N))
-    inv = gplvm._triangular_inverse(np.array(L, order="F"))  # a copy: the inverse is in place
-    np.testing.assert_allclose(inv, np.linalg.inv(L), rtol=0, atol=1e-12 * np.abs(np.linalg.inv(L)).max())
-    assert np.all(np.triu(inv, 1) == 0.0)
-
-
-def factor_problem(N, Q, seed):
-    """An RBF K (N, N) with jitter 1e-6, precisions lam (Q, N) over eight orders of magnitude, and
-    directions r (Q, N)."""
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(N, 3))
-    K = np.exp(-0.5 * np.sum((X[:, None] - X[None]) ** 2, -1)) + 1e-6 * np.eye(N)
-    return K, np.exp(rng.uniform(-9, 9, size=(Q, N))), rng.normal(size=(Q, N))
-
-
-def assert_factor_is_dense_algebra(dinv, logdet, sol, K, lam, r, dims):
-    """diag(B_q^-1), log|B_q| and (I + Lambda_q K)^-1 r_q against numpy's inverse, slogdet and solve
-    of B_q = I + A K A itself, for the latent dimensions ``dims``."""
-    N = K.shape[0]
-    for q in dims:
-        a = np.sqrt(lam[q])
-        B = np.eye(N) + a[:, None] * K * a[None, :]
-        assert np.linalg.eigvalsh(B).min() > 0
-        np.testing.assert_allclose(dinv[q], np.diag(np.linalg.inv(B)), rtol=1e-9)
-        assert logdet[q] == pytest.approx(np.linalg.slogdet(B)[1], rel=1e-10)
-        np.testing.assert_allclose(sol[q], np.linalg.solve(np.eye(N) + lam[q][:, None] * K, r[q]), rtol=1e-7,
-                                   atol=1e-9 * np.abs(r[q]).max())
-
-
-@pytest.mark.parametrize("N", [30, 131])
-def test_host_factor_against_dense_algebra(N):
-    """log|B_q|, diag(B_q^-1) and (I + Lambda_q K)^-1 r_q of :func:`gplvm._host_factor` (computed
-    through C_q = K + Lambda_q^-1) against numpy's slogdet, inverse and solve of B_q = I + A K A
-    itself, with precisions spanning eight orders of magnitude (N = 131: the triangular inverse
-    recurses)."""
-    Q = 4
-    K, lam, r = factor_problem(N, Q, seed=3)
-    dinv, logdet, sol = gplvm._host_factor(K, lam, r)
-    assert_factor_is_dense_algebra(dinv, logdet, sol, K, lam, r, range(Q))
-
-
-@pytest.mark.parametrize("chunk_dims", [1, 3])
-def test_host_factor_chunks_and_failed_factorisations(chunk_dims):
-    """:func:`gplvm._host_factor` in chunks of 1 and 3 latent dimensions (the last chunk shorter)
-    against numpy's inverse, slogdet and solve; a B_q whose Cholesky factorisation fails (LAPACK's
-    info > 0) gives NaN for that dimension only, the others are unchanged."""
-    rng = np.random.default_rng(5)
-    N, Q = 40, 5
-    X = rng.normal(size=(N, 3))
-    # an indefinite K (diagonal 1 - 2 = -1): B_q = I + A K A stays positive definite for small
-    # precisions (lambda < 1 / (2 - lambda_min(K + 2 I)) <= 1 / 2) and is not for large ones
-    K = np.exp(-0.5 * np.sum((X[:, None] - X[None]) ** 2, -1)) - 2.0 * np.eye(N)
-    lam = np.exp(rng.uniform(-8, np.log(0.4), size=(Q, N)))
-    lam[2, :] = 50.0  # B_2's first pivot 1 - 50: potrf stops there
-    r = rng.normal(size=(Q, N))
-    dinv, logdet, sol = gplvm._host_factor(K, lam, r, chunk_elements=chunk_dims * N * N)
-    assert np.all(np.isnan(dinv[2])) and np.isnan(logdet[2]) and np.all(np.isnan(sol[2]))
-    assert_factor_is_dense_algebra(dinv, logdet, sol, K, lam, r, (0, 1, 3, 4))
-
-
-@pytest.mark.parametrize("N", [1, 7, 64, 65, 131, 257])
-def test_stacked_triangular_inverse_against_numpy(N):
-    """The batched JAX inverse of lower-triangular factors against numpy's inverse of each, from a
-    single block (one triangular solve) to three levels of blocking, odd sizes (a padded block)
-    included."""
-    rng = np.random.default_rng(N)
-    Ls = []
-    for _ in range(3):
-        G = rng.normal(size=(N, N))
-        Ls.append(np.linalg.cholesky(G @ G.T / N + np.eye(N)))
-    inv = np.asarray(gplvm._stacked_triangular_inverse(jnp.asarray(np.stack(Ls))))
-    for L, W in zip(Ls, inv):
-        np.testing.assert_allclose(W, np.linalg.inv(L), rtol=0, atol=1e-12 * np.abs(np.linalg.inv(L)).max())
-        assert np.all(np.triu(W, 1) == 0.0)
-
-
-@pytest.mark.parametrize("N", [1, 128, 129, 300])
-def test_stacked_cholesky_inverse_against_numpy(N):
-    """The blocked Cholesky factorisation and inverse of a stack (one block up to N = 128, then one
-    and two levels of Schur complements, odd halves included) against numpy's Cholesky factor,
-    its inverse and its log-determinant; a matrix whose Schur complement is not positive definite
-    (its leading block is) gives NaN in that matrix only."""
-    rng = np.random.default_rng(N)
-    Cs = []
-    for scale in (1.0, 1e-4, 1e4):
-        G = rng.normal(size=(N, N))
-        d = np.exp(rng.uniform(-6, 6, size=N))  # a badly scaled diagonal, as Lambda_q^-1 can make it
-        Cs.append(scale * (G @ G.T / N + np.diag(d)))
-    bad = Cs[0].copy()
-    bad[N - 1, N - 1] = -1.0  # indefinite: the last pivot (in the last Schur complement) fails
-    W, log_diag = (np.asarray(x) for x in gplvm._stacked_cholesky_inverse(jnp.asarray(np.stack(Cs + [bad]))))
-    for C, w, ld in zip(Cs, W, log_diag):
-        Li = np.linalg.inv(np.linalg.cholesky(C))
-        np.testing.assert_allclose(w, Li, rtol=0, atol=1e-11 * np.abs(Li).max())
-        assert np.all(np.triu(w, 1) == 0.0)
-        assert 2.0 * ld == pytest.approx(np.linalg.slogdet(C)[1], rel=1e-12, abs=1e-9)
-    assert np.isnan(log_diag[-1]) and np.isnan(W[-1][N - 1]).any()
-
-
-@pytest.mark.parametrize("N", [30, 131, 300])
-def test_device_factor_against_dense_algebra_and_the_host_route(N):
-    """:func:`gplvm._device_factor` (one compiled program for every latent dimension) against
-    numpy's slogdet, inverse and solve of B_q = I + A K A, with precisions spanning eight orders of
-    magnitude, and against :func:`gplvm._host_factor`; a failed factorisation gives NaN in its
-    dimension only."""
-    Q = 4
-    K, lam, r = factor_problem(N, Q, seed=4)
-    dinv, logdet, sol = (np.asarray(x) for x in gplvm._device_factor(jnp.asarray(K), lam, r))
-    host = gplvm._host_factor(K, lam, r)
-    np.testing.assert_allclose(dinv, host[0], rtol=1e-11)
-    np.testing.assert_allclose(logdet, host[1], rtol=1e-12)
-    assert_factor_is_dense_algebra(dinv, logdet, sol, K, lam, r, range(Q))
-    K2 = K - 2.0 * np.eye(N)  # indefinite: C_q = K2 + Lambda_q^-1 is not positive definite for large lambda
-    lam2 = np.full((Q, N), 0.2)
-    lam2[1] = 50.0
-    dinv, logdet, sol = (np.asarray(x) for x in gplvm._device_factor(jnp.asarray(K2), lam2, r))
-    host = gplvm._host_factor(K2, lam2, r)
-    assert np.all(np.isnan(dinv[1])) and np.isnan(logdet[1]) and np.all(np.isnan(sol[1]))
-    for q in (0, 2, 3):
-        np.testing.assert_allclose(dinv[q], host[0][q], rtol=1e-10)
-        np.testing.assert_allclose(sol[q], host[2][q], rtol=1e-7, atol=1e-9 * np.abs(r[q]).max())
-
-
 def test_update_of_some_latent_dimensions_equals_the_whole_computation():
-    """:meth:`_NaturalProblem.update` of a subset of latent dimensions (the pruned sweep) from the
+    """:meth:`NaturalProblem.update` of a subset of latent dimensions (the pruned sweep) from the
     state at (mubar, lambda) equals q(X)'s moments computed afresh for every dimension at the new
     (mubar, lambda), which differ from the old in that subset only (by numpy's solve for the mean
-    step, not :func:`gplvm._host_factor`'s); the KL per dimension sums to :func:`gplvm.bound`'s KL."""
+    step, not :func:`ppl_sbl.linalg.host_factor`'s); the KL per dimension sums to :func:`gplvm.bound`'s KL."""
     rng = np.random.default_rng(11)
     Y, Z = toy(26, seed=4)
     free, fixed, Yj, Zj, _ = gplvm.initial_parameters(Y, Z, model="supervised", latent_dim=5, num_inducing=6)
-    prob = gplvm._NaturalProblem(free, fixed, Yj, Zj, prior_kernel="rbf", jitter=sg.JITTER)
+    prob = natural.NaturalProblem(free, fixed, Yj, Zj, prior_kernel="rbf", jitter=sg.JITTER)
     N, Q = 26, 5
     mubar = rng.normal(size=(N, Q))
     lam = np.exp(rng.uniform(-2, 3, size=(N, Q)))
@@ -486,8 +353,8 @@ def test_natural_gradient_is_the_gradient_in_means_and_variances(seed):
     objective = functools.partial(gplvm.bound, model="supervised", prior_kernel="rbf")
     exact, auto = jax.value_and_grad(objective)(free, fixed, Yj, Zj)
     assert value == pytest.approx(float(exact), rel=1e-10)
-    _, _, prior, _ = gplvm._unpack(free, fixed)
-    K = gplvm._prior_cov(Yj, "rbf", prior, sg.JITTER)
+    _, _, prior, _ = collapsed.unpack(free, fixed)
+    K = programs.prior_cov(Yj, "rbf", prior, sg.JITTER)
     _, _, _, S = gplvm.latent_posterior(K, free["mubar"], free["log_lam"], full=True)
     np.testing.assert_allclose(np.asarray(K @ grads["mean"]), np.asarray(auto["mubar"]), rtol=1e-6,
                                atol=1e-8 * np.abs(auto["mubar"]).max())
@@ -518,8 +385,8 @@ def test_natural_fit_never_decreases(seed):
     assert np.mean(res.info["step_sizes"] >= 0.1) > 0.5
     # the two routes to B_q^-1 (potrf + potri; potrf + a triangular inverse, by LAPACK or compiled)
     # differ by rounding: each entry by about eps cond(B_q) (machine epsilon), over N Q entries
-    _, _, prior, _ = gplvm._unpack(res.free, res.fixed)
-    K = np.asarray(gplvm._prior_cov(res.Y, "rbf", prior, sg.JITTER))
+    _, _, prior, _ = collapsed.unpack(res.free, res.fixed)
+    K = np.asarray(programs.prior_cov(res.Y, "rbf", prior, sg.JITTER))
     lam = np.asarray(gplvm.precisions(jnp.asarray(K), res.free["log_lam"]))
     cond = max(np.linalg.cond(np.eye(n) + np.sqrt(l)[:, None] * K * np.sqrt(l)[None, :]) for l in lam.T)
     objective = functools.partial(gplvm.bound, model=model, prior_kernel="rbf")
