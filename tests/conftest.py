@@ -44,10 +44,10 @@ def rng():
 # (``--no-loadscope-reorder`` in pyproject.toml), so the tutorials (the longest file, on
 # one worker) start at once instead of last, and the short files fill the end on both workers.
 # Ordered by their measured durations (``pytest --durations``) on the 2-core CI machine.
-LONGEST_FIRST = ("test_tutorials.py", "test_gplvm.py", "test_grid_rvm.py", "test_super_sparse_experiments.py",
-                 "test_grid_experiments.py", "test_robust_experiments.py", "test_bench_derived_cavi.py",
-                 "test_gplvm_experiments.py", "test_bench_robust_rvm.py", "test_robust_rvm.py", "test_derived.py",
-                 "test_bench_gplvm.py", "test_rvm.py", "test_bench_grid_rvm.py")
+LONGEST_FIRST = ("test_tutorials.py", "test_gplvm.py", "test_grid_rvm.py", "test_experiments_super_sparse.py",
+                 "test_experiments_grid_rvm.py", "test_experiments_robust_rvm.py", "test_benchmarks_derived_cavi.py",
+                 "test_experiments_gplvm.py", "test_benchmarks_robust_rvm.py", "test_robust_rvm.py", "test_derived.py",
+                 "test_benchmarks_gplvm.py", "test_rvm.py", "test_benchmarks_grid_rvm.py")
 
 
 def pytest_collection_modifyitems(config, items):

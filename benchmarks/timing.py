@@ -1,5 +1,5 @@
-"""Helpers shared by the benchmark scripts in this folder (run as ``python bench/<name>.py``,
-which puts this folder on ``sys.path``)."""
+"""Helpers shared by the scripts in ``benchmarks/`` and ``experiments/`` (each puts the repository
+root on ``sys.path`` and imports ``benchmarks.timing``)."""
 
 from __future__ import annotations
 

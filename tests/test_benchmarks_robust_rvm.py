@@ -1,4 +1,4 @@
-"""Smoke test of bench/robust_rvm.py --quick: it runs and writes the expected JSON record.
+"""Smoke test of benchmarks/robust_rvm.py --quick: it runs and writes the expected JSON record.
 
 No timing is asserted (the benchmark's numbers depend on the machine); only the structure of
 the record, the plausibility of the fits, and that the vmapped grid and the loop of the jitted
@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "bench", "robust_rvm.py")
+SCRIPT = os.path.join(ROOT, "benchmarks", "robust_rvm.py")
 
 
 def _seconds(x):

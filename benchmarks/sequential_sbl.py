@@ -34,8 +34,8 @@ refit; no N x N dense matrix at 128 x 128.
 
 Usage::
 
-    python bench/sequential_sbl.py | tee bench/results/sequential_sbl_cpu.log
-    python bench/sequential_sbl.py --quick
+    python benchmarks/sequential_sbl.py | tee benchmarks/results/sequential_sbl_cpu.log
+    python benchmarks/sequential_sbl.py --quick
 """
 from __future__ import annotations
 
@@ -48,9 +48,9 @@ import time
 import tracemalloc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from _common import environment, loglog_fit  # noqa: E402
+from benchmarks.timing import environment, loglog_fit  # noqa: E402
 
 
 def problem(size, seed):

@@ -17,8 +17,8 @@ call, peers interleaved; a warm call above ``--cap`` seconds is not repeated). G
 layer): on digits the multinomial RVC's error within 1 point of fastrvm's, with no more relevance
 vectors in total.
 
-Run ``python bench/multiclass.py`` (``--quick``: iris and wine only, one round); the record goes to
-``bench/results/multiclass_<backend>.json``.
+Run ``python benchmarks/multiclass.py`` (``--quick``: iris and wine only, one round); the record goes to
+``benchmarks/results/multiclass_<backend>.json``.
 """
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from _common import environment, write_record  # noqa: E402
-from rvm import Peer, time_peers  # noqa: E402
-from robust_rvm import CompileClock  # noqa: E402
+from benchmarks.timing import environment, write_record  # noqa: E402
+from benchmarks.rvm import Peer, time_peers  # noqa: E402
+from benchmarks.robust_rvm import CompileClock  # noqa: E402
 
 DATASETS = ("iris", "wine", "digits")
 REFERENCE = "fastrvm"

@@ -1,6 +1,6 @@
 """The experiments of the grid RVM paper (Kropotov et al., section 6.1) on data that ship offline.
 
-Not a test (``tests/test_grid_experiments.py`` runs ``--quick``). Three experiments, each
+Not a test (``tests/test_experiments_grid_rvm.py`` runs ``--quick``). Three experiments, each
 comparing the flat variational RVM (``models.rvm``, Bishop & Tipping 2000) with the p-grid
 and s-grid RVMs (``models.grid_rvm``, kind "p" and "s") fitted by closed-form CAVI:
 
@@ -54,20 +54,23 @@ sweep for every new problem shape (pruning also compiles smaller shapes).
 
 Usage::
 
-    python bench/grid_rvm_experiments.py --quick --out-dir /tmp/grid   # *_quick.json, grid_rvm_*_quick.png
-    python bench/grid_rvm_experiments.py          # bench/results/grid_rvm_experiments.json, grid_rvm_*.png
-    python bench/grid_rvm_experiments.py --only sinc digits --seeds 0 1 2
+    python experiments/grid_rvm.py --quick --out-dir /tmp/grid   # *_quick.json, grid_rvm_*_quick.png
+    python experiments/grid_rvm.py          # experiments/results/grid_rvm_experiments.json, grid_rvm_*.png
+    python experiments/grid_rvm.py --only sinc digits --seeds 0 1 2
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import sys
 import time
 
-from _common import environment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
+
+from benchmarks.timing import environment  # noqa: E402
 DELTA = 5.55
 RELEVANT_THRESHOLD = 0.1  # |E[w]| above this: a relevant basis function (the paper's rule)
 MODELS = ("rvm", "p", "s")
@@ -470,7 +473,7 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small smoke run (1-2 minutes)")
     p.add_argument("--out-dir", default=os.path.join(HERE, "results"),
-                   help="where the JSON record and the PNG figures go (default bench/results)")
+                   help="where the JSON record and the PNG figures go (default experiments/results)")
     p.add_argument("--only", nargs="+", choices=["sinc", "mixture", "digits"], default=None,
                    help="run only these experiments")
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="override the seeds of every experiment")

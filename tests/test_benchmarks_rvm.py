@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from scripts import bench_module, run_script
+from scripts import run_script, script_module
 
 COMMON = {"status", "seconds", "min_seconds", "round_seconds", "rounds", "first_call_seconds",
           "first_call_compile_seconds", "relevance_columns", "relevant", "relevance_vectors", "ratio_to_fastrvm",
@@ -59,8 +59,8 @@ def _check_peer(name, rec, ref, cap, fields, m):
 
 
 def test_rvm_bench_quick_regression(tmp_path):
-    bench = bench_module("rvm")
-    proc, record = run_script("bench/rvm.py", "--quick", "--out", tmp_path / "r.json", record=tmp_path / "r.json")
+    bench = script_module("benchmarks.rvm")
+    proc, record = run_script("benchmarks/rvm.py", "--quick", "--out", tmp_path / "r.json", record=tmp_path / "r.json")
     assert "Median time / fastrvm's median" in proc.stdout
     assert record["partial"] is False and record["kind"] == "regression" and record["args"]["quick"] is True
     assert record["environment"]["x64"] is True and "fastrvm" in record["environment"]["versions"]
@@ -110,8 +110,8 @@ def test_rvm_bench_quick_regression(tmp_path):
 def test_rvm_bench_quick_classification(tmp_path):
     """On 100 of Ripley's points, with a cap low enough that the sweeps (their warm call includes
     compilation) are called once only: the cap's path."""
-    bench = bench_module("rvm")
-    _, record = run_script("bench/rvm.py", "--classification", "--quick", "--cap", "0.5", "--out", tmp_path / "c.json",
+    bench = script_module("benchmarks.rvm")
+    _, record = run_script("benchmarks/rvm.py", "--classification", "--quick", "--cap", "0.5", "--out", tmp_path / "c.json",
                            record=tmp_path / "c.json")
     assert record["partial"] is False and record["kind"] == "classification"
     peers = record["peers"]
@@ -150,7 +150,7 @@ def test_fastrvm_columns_reproduce_fastrvm_predictions():
 
     from ppl_sbl import basis, datasets
 
-    bench = bench_module("rvm")
+    bench = script_module("benchmarks.rvm")
 
     d = datasets.sinc(n_train=40, n_test=50, seed=3)
     own = fastrvm.RVR(kernel="rbf", gamma=bench.DELTA, fit_intercept=True).fit(d.X_train, d.t_train)

@@ -6,15 +6,15 @@ C_q = K_Y + Lambda_q^-1, log|B_q| and diag(B_q^-1), section 5.4) by one of two r
 products around small LAPACK calls, ``gplvm._stacked_cholesky_inverse``) or
 ``gplvm._host_factor`` (LAPACK's potrf and a triangular inverse per latent dimension, from the
 host). ``gplvm._DEVICE_FACTOR_MAX_N`` is the largest N the fit sends to the compiled route. This
-times both on the bench's problem (``bench/gplvm.py``: digits, the supervised model at its starting
+times both on the bench's problem (``benchmarks/gplvm.py``: digits, the supervised model at its starting
 point, Q = 20) at each N of ``--sizes``, interleaved with JAX's batched Cholesky of the Q matrices
-B_q (``bench/gplvm.py``'s reference) in one process, and prints each route's time over the
+B_q (``benchmarks/gplvm.py``'s reference) in one process, and prints each route's time over the
 reference (medians and minima over the rounds) and which route is faster by each statistic.
 
 Usage::
 
-    OPENBLAS_NUM_THREADS=1 python bench/gplvm_crossover.py | tee bench/results/gplvm_cpu_crossover.log
-    python bench/gplvm_crossover.py --quick
+    OPENBLAS_NUM_THREADS=1 python benchmarks/gplvm_crossover.py | tee benchmarks/results/gplvm_cpu_crossover.log
+    python benchmarks/gplvm_crossover.py --quick
 """
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from _common import environment, write_record  # noqa: E402
-from gplvm import cholesky_reference, interleaved_timings, problem  # noqa: E402
+from benchmarks.timing import environment, write_record  # noqa: E402
+from benchmarks.gplvm import cholesky_reference, interleaved_timings, problem  # noqa: E402
 
 
 def time_routes(N, args):

@@ -1,7 +1,7 @@
 """Benchmark: the speed of super-sparse learning against scikit-learn's SVC (RBF kernel), side by
 side in one process.
 
-Not a test (``tests/test_bench_super_sparse.py`` runs ``--quick``). Data: one pool from
+Not a test (``tests/test_benchmarks_super_sparse.py`` runs ``--quick``). Data: one pool from
 ``make_classification`` (``--features`` = 10 features, 5 informative and 2 redundant, two
 clusters per class, 5% of the labels flipped, ``random_state = --seed``), labels -1/+1; the
 training set of size n is its first n rows (so the training sets are nested) and the held-out set
@@ -33,8 +33,8 @@ a method whose next fit is estimated (from its growth so far) to exceed ``--budg
 
 Usage::
 
-    python bench/super_sparse.py --out bench/results/super_sparse_cpu.json | tee bench/results/super_sparse_cpu.log
-    python bench/super_sparse.py --quick --out /tmp/r.json   # n 300 600, 1000 test points, 50 steps
+    python benchmarks/super_sparse.py --out benchmarks/results/super_sparse_cpu.json | tee benchmarks/results/super_sparse_cpu.log
+    python benchmarks/super_sparse.py --quick --out /tmp/r.json   # n 300 600, 1000 test points, 50 steps
 """
 from __future__ import annotations
 
@@ -47,9 +47,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from _common import environment, loglog_fit  # noqa: E402
+from benchmarks.timing import environment, loglog_fit  # noqa: E402
 
 METHODS = ("svc", "reduction", "svc_plus_reduction", "labels")
 FIT_REPEAT_CAP_S = 30.0
@@ -130,7 +130,7 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=5, help="test-time runs, median (default 5)")
     p.add_argument("--budget", type=float, default=600.0, help="seconds one fit may take (default 600)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None, help="JSON record (default bench/results/super_sparse_cpu.json; "
+    p.add_argument("--out", default=None, help="JSON record (default benchmarks/results/super_sparse_cpu.json; "
                                                "quick: a file in the temporary folder)")
     args = p.parse_args(argv)
     if args.sizes is None:

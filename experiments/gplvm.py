@@ -1,6 +1,6 @@
 """The classification experiment of Sauer's thesis, chapter 5 (Tables 5.1-5.2), on data that ship offline.
 
-Not a test (``tests/test_gplvm_experiments.py`` runs ``--quick``). The thesis classified facial
+Not a test (``tests/test_experiments_gplvm.py`` runs ``--quick``). The thesis classified facial
 expressions of the Cohn-Kanade database (shape and texture features, seven emotions, 10-fold
 cross-validation); those data do not ship. Here: scikit-learn's bundled handwritten digits
 (:func:`ppl_sbl.datasets.digits`: 64 pixels scaled to [0, 1], ten classes), a stratified subset of
@@ -67,10 +67,10 @@ options override the quick settings.
 
 Usage::
 
-    python bench/gplvm_experiments.py | tee bench/results/gplvm_experiments.log
-    python bench/gplvm_experiments.py --optimizer lbfgs | tee bench/results/gplvm_experiments_lbfgs.log
-    python bench/gplvm_experiments.py --quick --out-dir /tmp/gplvm
-    python bench/gplvm_experiments.py --n-points 300 --folds 3 --max-steps 500
+    python experiments/gplvm.py | tee experiments/results/gplvm_experiments.log
+    python experiments/gplvm.py --optimizer lbfgs | tee experiments/results/gplvm_experiments_lbfgs.log
+    python experiments/gplvm.py --quick --out-dir /tmp/gplvm
+    python experiments/gplvm.py --n-points 300 --folds 3 --max-steps 500
 """
 from __future__ import annotations
 
@@ -81,9 +81,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from _common import environment  # noqa: E402
+from benchmarks.timing import environment  # noqa: E402
 
 # the GPLVM fits: key -> (model, latent-prior kernel)
 FITS = {
@@ -363,7 +363,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0, help="subset, folds, inducing inputs, forests (default 0)")
     p.add_argument("--no-figures", action="store_true")
     p.add_argument("--out-dir", default=os.path.join(HERE, "results"),
-                   help="where the JSON record and the PNG figures go (default bench/results)")
+                   help="where the JSON record and the PNG figures go (default experiments/results)")
     args = p.parse_args(argv)
     for k, v in (QUICK if args.quick else FULL).items():
         if getattr(args, k) is None:

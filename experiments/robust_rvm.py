@@ -1,6 +1,6 @@
 """The experiments of the robust RVM paper (Hwang & Jeong 2015, section 4) on data that ship offline.
 
-Not a test (``tests/test_robust_experiments.py`` runs ``--quick``). Protocol (section 4.2): every
+Not a test (``tests/test_experiments_robust_rvm.py`` runs ``--quick``). Protocol (section 4.2): every
 data set is split at random into training (60%) and test (40%) sets, ``perc`` of the training
 labels are flipped at random (the test labels stay clean), and this is repeated (the paper: 50
 times). Inputs are standardised with the training mean and standard deviation (the paper does not
@@ -40,21 +40,24 @@ to the JSON. Fits use the library's default pruning.
 
 Usage::
 
-    python bench/robust_rvm_experiments.py --quick --out-dir /tmp/rrvm
-    python bench/robust_rvm_experiments.py --repeats 50 | tee bench/results/robust_rvm_experiments.log
-    python bench/robust_rvm_experiments.py --only biopsy --repeats 10
-    python bench/robust_rvm_experiments.py --first-repeat 3 --repeats 5 --pool-with bench/results/robust_rvm_experiments.json
+    python experiments/robust_rvm.py --quick --out-dir /tmp/rrvm
+    python experiments/robust_rvm.py --repeats 50 | tee experiments/results/robust_rvm_experiments.log
+    python experiments/robust_rvm.py --only biopsy --repeats 10
+    python experiments/robust_rvm.py --first-repeat 3 --repeats 5 --pool-with experiments/results/robust_rvm_experiments.json
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import sys
 import time
 
-from _common import environment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
+
+from benchmarks.timing import environment  # noqa: E402
 MODELS = ("SVM", "RVM", "RRVM")
 
 # the paper's figures: mean (sd) over 50 repetitions

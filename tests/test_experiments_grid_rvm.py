@@ -1,4 +1,4 @@
-"""The grid RVM experiment script (bench/grid_rvm_experiments.py) runs end to end in quick mode."""
+"""The grid RVM experiment script (experiments/grid_rvm.py) runs end to end in quick mode."""
 import math
 
 import numpy as np
@@ -20,7 +20,7 @@ METRICS = {
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("grid_experiments")
-    proc, record = run_script("bench/grid_rvm_experiments.py", "--quick", "--out-dir", out,
+    proc, record = run_script("experiments/grid_rvm.py", "--quick", "--out-dir", out,
                               record=out / "grid_rvm_experiments_quick.json")
     return out, record, proc.stdout
 

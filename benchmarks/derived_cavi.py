@@ -1,6 +1,6 @@
 """Sweep time of derived CAVI against the hand-written guides, side by side in one process.
 
-Not a test (``tests/test_bench_derived_cavi.py`` runs ``--quick``). For each model and size N:
+Not a test (``tests/test_benchmarks_derived_cavi.py`` runs ``--quick``). For each model and size N:
 the hand-written guide of the library and the guide :func:`ppl_sbl.derived.derived_guide`
 derives from the same NumPyro program, both started from their initial states and run for
 ``--warm`` sweeps; then one jitted sweep (the updates followed by the ELBO, as
@@ -26,9 +26,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from _common import environment  # noqa: E402
+from benchmarks.timing import environment  # noqa: E402
 
 
 def log(*a):
@@ -84,7 +84,7 @@ def main(argv=None):
     p.add_argument("--warm", type=int, default=5, help="sweeps before timing (default 5)")
     p.add_argument("--repeats", type=int, default=None, help="timed sweeps (median; default 20)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None, help="JSON record (default bench/results/derived_cavi_cpu.json)")
+    p.add_argument("--out", default=None, help="JSON record (default benchmarks/results/derived_cavi_cpu.json)")
     args = p.parse_args(argv)
     if args.sizes is None:
         args.sizes = [60, 120] if args.quick else [300, 1000]
@@ -92,7 +92,7 @@ def main(argv=None):
         args.repeats = 5 if args.quick else 20
     if args.out is None:
         if args.quick:
-            p.error("--quick needs --out (the full record lives in bench/results)")
+            p.error("--quick needs --out (the full record lives in benchmarks/results)")
         args.out = os.path.join(HERE, "results", "derived_cavi_cpu.json")
 
     import ppl_sbl  # noqa: F401  (float64 on)

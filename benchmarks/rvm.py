@@ -1,6 +1,6 @@
 """Benchmark: relevance vector fits against compiled peers, above all fastrvm's C++ SparseBayes.
 
-Not a test (``tests/test_bench_rvm.py`` runs ``--quick``). Every peer fits the same design in this
+Not a test (``tests/test_benchmarks_rvm.py`` runs ``--quick``). Every peer fits the same design in this
 one process, and the peers are interleaved: at each size a first, untimed "warm" call of every peer
 (its wall time recorded apart as ``first_call_seconds``, with the JAX compilation it included), then
 ``--rounds`` rounds, round r calling every peer once in a fixed order before round r + 1 starts, so
@@ -64,14 +64,14 @@ minutes per fit, so the cap leaves them one call each.
 
 Usage::
 
-    OPENBLAS_NUM_THREADS=1 python bench/rvm.py | tee bench/results/rvm_cpu.log
-    python bench/rvm.py --sizes 100 300 1000 --out /tmp/rvm.json
-    python bench/rvm.py --classification | tee bench/results/rvm_classification_cpu.log
-    python bench/rvm.py --classification --datasets ripley --out /tmp/rvm_c.json
-    python bench/rvm.py --quick --out /tmp/q.json                  # N = 50, 100 (seconds)
-    python bench/rvm.py --classification --quick --out /tmp/qc.json  # 100 Ripley points
+    OPENBLAS_NUM_THREADS=1 python benchmarks/rvm.py | tee benchmarks/results/rvm_cpu.log
+    python benchmarks/rvm.py --sizes 100 300 1000 --out /tmp/rvm.json
+    python benchmarks/rvm.py --classification | tee benchmarks/results/rvm_classification_cpu.log
+    python benchmarks/rvm.py --classification --datasets ripley --out /tmp/rvm_c.json
+    python benchmarks/rvm.py --quick --out /tmp/q.json                  # N = 50, 100 (seconds)
+    python benchmarks/rvm.py --classification --quick --out /tmp/qc.json  # 100 Ripley points
 
-Records: ``bench/results/rvm_<backend>.json`` and ``rvm_classification_<backend>.json``
+Records: ``benchmarks/results/rvm_<backend>.json`` and ``rvm_classification_<backend>.json``
 (``_quick`` before ``.json`` with ``--quick``), or ``--out``.
 """
 from __future__ import annotations
@@ -86,10 +86,10 @@ import time
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from _common import environment, loglog_fit, write_record  # noqa: E402
-from robust_rvm import CompileClock, Timer  # noqa: E402
+from benchmarks.timing import environment, loglog_fit, write_record  # noqa: E402
+from benchmarks.robust_rvm import CompileClock, Timer  # noqa: E402
 
 REFERENCE = "fastrvm"
 DELTA = 5.55
@@ -692,7 +692,7 @@ def base_parser():
                    help="smoke run: N = 50, 100 and 2 rounds (ARD skipped above 50); classification: 100 Ripley "
                         "points, 1 round")
     p.add_argument("--out", default=None,
-                   help="JSON record (default bench/results/rvm[_classification]_<backend>[_quick].json)")
+                   help="JSON record (default benchmarks/results/rvm[_classification]_<backend>[_quick].json)")
     return p
 
 

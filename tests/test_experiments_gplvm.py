@@ -1,4 +1,4 @@
-"""The GPLVM experiment script (bench/gplvm_experiments.py) runs end to end in quick mode; its
+"""The GPLVM experiment script (experiments/gplvm.py) runs end to end in quick mode; its
 record is structurally complete and internally consistent (no tuned figures asserted)."""
 import math
 
@@ -18,7 +18,7 @@ COLUMNS = ["sup_lin_1nn", "sup_rbf_1nn", "sup_m32_1nn", "sup_lin_post", "sup_rbf
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("gplvm_experiments")
-    proc, record = run_script("bench/gplvm_experiments.py", "--quick", "--out-dir", out,
+    proc, record = run_script("experiments/gplvm.py", "--quick", "--out-dir", out,
                               record=out / "gplvm_experiments_quick.json")
     return out, record, proc.stdout
 

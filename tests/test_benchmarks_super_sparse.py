@@ -1,4 +1,4 @@
-"""The super-sparse vs SVC speed bench (bench/super_sparse.py) runs in quick mode and its record is
+"""The super-sparse vs SVC speed bench (benchmarks/super_sparse.py) runs in quick mode and its record is
 complete and consistent with itself (no speed is asserted: timings depend on the machine)."""
 import math
 
@@ -9,7 +9,7 @@ pytest.importorskip("sklearn")
 
 
 def test_super_sparse_bench_quick(tmp_path):
-    proc, record = run_script("bench/super_sparse.py", "--quick", "--out", tmp_path / "r.json",
+    proc, record = run_script("benchmarks/super_sparse.py", "--quick", "--out", tmp_path / "r.json",
                               record=tmp_path / "r.json")
     args, rows = record["args"], record["rows"]
     assert "environment" in record and record["environment"]["x64"] is True

@@ -48,14 +48,14 @@ The table prints the per-sweep times and the ratios grid/RVM, the wall times and
 convergence, sweeps to convergence, active coefficients at the end, ELBO (not comparable
 across models: different priors), test RMSE (sinc, 600 noiseless points) or test error
 (mixture), and how many input dimensions keep at least one relevant coefficient. A JSON
-record goes to ``bench/results/``.
+record goes to ``benchmarks/results/``.
 
 Usage::
 
-    python bench/grid_rvm.py --quick           # smoke run, tiny sizes, < 1 minute
-    python bench/grid_rvm.py                   # sinc k = 0, 5, 20; mixture k = 0, 10, 30
-    python bench/grid_rvm.py --single-thread   # the same, XLA on one thread (steadier on a busy machine)
-    python bench/grid_rvm.py --sinc-noise 0 5 20 --mixture-noise 0 --converge-max-m 0   # converge everywhere
+    python benchmarks/grid_rvm.py --quick           # smoke run, tiny sizes, < 1 minute
+    python benchmarks/grid_rvm.py                   # sinc k = 0, 5, 20; mixture k = 0, 10, 30
+    python benchmarks/grid_rvm.py --single-thread   # the same, XLA on one thread (steadier on a busy machine)
+    python benchmarks/grid_rvm.py --sinc-noise 0 5 20 --mixture-noise 0 --converge-max-m 0   # converge everywhere
 """
 from __future__ import annotations
 
@@ -68,9 +68,11 @@ import statistics
 import sys
 import time
 
-from _common import environment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
+
+from benchmarks.timing import environment  # noqa: E402
 DELTA = 5.55
 MODELS = ("p", "s", "rvm")
 GOAL = 1.2
@@ -514,7 +516,7 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="smoke run: sinc k = 1 (N = 30), mixture k = 1 (N = 40), 5 timing rounds, 100 sweeps at most, "
                         "no warm-up, no breakdown (< 1 min, mostly compilation)")
-    p.add_argument("--out", default=None, help="JSON output path (default bench/results/grid_rvm_<backend>.json)")
+    p.add_argument("--out", default=None, help="JSON output path (default benchmarks/results/grid_rvm_<backend>.json)")
     args = p.parse_args(argv)
     if args.breakdown is None:
         args.breakdown = not args.quick  # two more compilations per model: most of a smoke run's time

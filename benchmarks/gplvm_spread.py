@@ -1,20 +1,20 @@
 """Benchmark: how far the GPLVM speed ratio moves between separate processes.
 
-``bench/gplvm.py`` times the natural evaluation (what the default fit evaluates) against JAX's
+``benchmarks/gplvm.py`` times the natural evaluation (what the default fit evaluates) against JAX's
 Q Cholesky factorisations in interleaved rounds within one process. On a shared 2-core VM the
 reference's own time moves by a factor of two or more from one process to the next, so one record
-can land either side of the 3x goal. This runs ``bench/gplvm.py`` (no fits) ``--runs`` times, each
+can land either side of the 3x goal. This runs ``benchmarks/gplvm.py`` (no fits) ``--runs`` times, each
 in a fresh process, and records per N the spread over the runs of both ratios it prints: of the
 medians over the rounds, and of the minima (each function's undisturbed cost); beside them the
-floor's ratio of minima (``bench/gplvm.py``: the evaluation's LAPACK calls alone plus its data
+floor's ratio of minima (``benchmarks/gplvm.py``: the evaluation's LAPACK calls alone plus its data
 term), which says whether a run's reference left room for 3x at all, and the compiled route's
 floor (N <= ``gplvm._DEVICE_FACTOR_MAX_N``: its blocked Cholesky factorisations and inverses alone,
 plus the data term).
 
 Usage::
 
-    OPENBLAS_NUM_THREADS=1 python bench/gplvm_spread.py | tee bench/results/gplvm_cpu_spread.log
-    python bench/gplvm_spread.py --quick
+    OPENBLAS_NUM_THREADS=1 python benchmarks/gplvm_spread.py | tee benchmarks/results/gplvm_cpu_spread.log
+    python benchmarks/gplvm_spread.py --quick
 """
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from _common import environment, write_record  # noqa: E402
+from benchmarks.timing import environment, write_record  # noqa: E402
 
 STATISTICS = {"medians": "natural_ratio_to_jax_cholesky", "minima": "natural_min_ratio_to_jax_cholesky",
               "floor minima": "floor_min_ratio_to_jax_cholesky",
@@ -53,7 +53,7 @@ def summarise(values, goal=3.0):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="two runs of bench/gplvm.py --quick without fits")
+    p.add_argument("--quick", action="store_true", help="two runs of benchmarks/gplvm.py --quick without fits")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--sizes", type=int, nargs="+", default=[100, 200, 400])
     p.add_argument("--out", default=os.path.join(HERE, "results", "gplvm_cpu_spread.json"))
@@ -93,7 +93,7 @@ def main(argv=None):
             for name, s in summary[str(n)].items()), flush=True)
     record = {"benchmark": "spread over separate processes of the natural evaluation's ratio to JAX's Q Cholesky "
                            "factorisations", "environment": env, "args": vars(args),
-              "command": "OPENBLAS_NUM_THREADS=1 python bench/gplvm_spread.py", "summary": summary, "runs": runs}
+              "command": "OPENBLAS_NUM_THREADS=1 python benchmarks/gplvm_spread.py", "summary": summary, "runs": runs}
     write_record(record, out)
 
 

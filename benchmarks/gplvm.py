@@ -31,7 +31,7 @@ Per N:
   ``gplvm._DEVICE_FACTOR_MAX_N`` (512) as one compiled JAX program for all of them,
   ``gplvm._device_factor`` (a blocked Cholesky factorisation and inverse, batched matrix products
   around small LAPACK calls), above it by LAPACK from the host, ``gplvm._host_factor``; where the
-  routes cross: ``bench/gplvm_crossover.py``), its ratio to JAX's
+  routes cross: ``benchmarks/gplvm_crossover.py``), its ratio to JAX's
   Cholesky, and its two parts: q(X)'s moments (the N x N work) and the data term's value and
   gradient (the Psi statistics); beside them LAPACK's trtri over its potrf on the same matrices
   (the triangular inverse has as many flops as the factorisation, N^3 / 3, so a ratio above 1 is
@@ -63,12 +63,12 @@ Whole fits (``--fit-sizes``, default 500 and 1797, each with every one of ``--op
 ``--fit-steps`` sweeps or L-BFGS iterations at most, 300 and 40 by default): seconds, iterations,
 bound, converged, latent dimensions ARD kept.
 
-How far the ratios move between processes: ``bench/gplvm_spread.py``.
+How far the ratios move between processes: ``benchmarks/gplvm_spread.py``.
 
 Usage::
 
-    OPENBLAS_NUM_THREADS=1 python bench/gplvm.py | tee bench/results/gplvm_cpu.log
-    python bench/gplvm.py --quick
+    OPENBLAS_NUM_THREADS=1 python benchmarks/gplvm.py | tee benchmarks/results/gplvm_cpu.log
+    python benchmarks/gplvm.py --quick
 
 (one BLAS thread for the record: JAX's batched Cholesky runs one factorisation after the other,
 and so does the bound; on the 2-core VM of the record OpenBLAS's second thread made JAX's 200 x
@@ -85,9 +85,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from _common import environment, loglog_fit  # noqa: E402
+from benchmarks.timing import environment, loglog_fit  # noqa: E402
 
 
 def interleaved_timings(functions, reps):

@@ -1,16 +1,14 @@
-"""The super-sparse experiment script (bench/super_sparse_experiments.py) runs end to end in quick
+"""The super-sparse experiment script (experiments/super_sparse.py) runs end to end in quick
 mode; its record is complete and consistent, and its helpers agree with brute force."""
 import math
-import os
-import sys
 
 import numpy as np
 import pytest
-from scripts import ROOT, run_script
+
+from scripts import run_script, script_module
 
 pytest.importorskip("matplotlib")
 pytest.importorskip("sklearn")
-sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 METHODS = ["super_sparse", "random", "k_medoids", "border"]
 
@@ -18,7 +16,7 @@ METHODS = ["super_sparse", "random", "k_medoids", "border"]
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("super_sparse_experiments")
-    proc, record = run_script("bench/super_sparse_experiments.py", "--quick", "--out-dir", out,
+    proc, record = run_script("experiments/super_sparse.py", "--quick", "--out-dir", out,
                               record=out / "super_sparse_experiments_quick.json")
     return out, record, proc.stdout
 
@@ -65,7 +63,7 @@ def test_regression_record(quick_run):
 
 
 def test_equal_error_rate_against_a_threshold_scan():
-    from super_sparse_experiments import equal_error_rate
+    equal_error_rate = script_module("experiments.super_sparse").equal_error_rate
 
     rng = np.random.default_rng(0)
     y = np.where(rng.random(4000) < 0.2, 1.0, -1.0)
@@ -81,7 +79,7 @@ def test_equal_error_rate_against_a_threshold_scan():
 
 def test_k_medoids_are_set_medians():
     from sklearn.cluster import KMeans
-    from super_sparse_experiments import k_medoids
+    k_medoids = script_module("experiments.super_sparse").k_medoids
 
     rng = np.random.default_rng(1)
     X = rng.normal(size=(120, 3))

@@ -78,13 +78,13 @@ width has converged, and cannot prune).
 The table prints, per data set and size, the arms' times, their ratios, the chosen widths and the
 test error rates, the per-width fits, then a summary in the form of the paper's Table 3 (model
 selection and model training seconds). A JSON record goes to
-``bench/results/robust_rvm_<backend>.json``.
+``benchmarks/results/robust_rvm_<backend>.json``.
 
 Usage::
 
-    python bench/robust_rvm.py --quick          # smoke run: 40 and 80 training points, 4 widths (< 1 min)
-    python bench/robust_rvm.py | tee bench/results/robust_rvm_cpu.log
-    python bench/robust_rvm.py --datasets biopsy --sizes 100 200 0 --tol 1e-7
+    python benchmarks/robust_rvm.py --quick          # smoke run: 40 and 80 training points, 4 widths (< 1 min)
+    python benchmarks/robust_rvm.py | tee benchmarks/results/robust_rvm_cpu.log
+    python benchmarks/robust_rvm.py --datasets biopsy --sizes 100 200 0 --tol 1e-7
 """
 from __future__ import annotations
 
@@ -96,9 +96,11 @@ import sys
 import time
 import warnings
 
-from _common import environment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
+
+from benchmarks.timing import environment  # noqa: E402
 DATASETS = ("ripley", "biopsy")
 
 
@@ -794,7 +796,7 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="smoke run: 40 and 80 training points, 200 test points, 4 widths, 100 sweeps at most, "
                         "C in {1, 10}, no full-size probe")
-    p.add_argument("--out", default=None, help="JSON output path (default bench/results/robust_rvm_<backend>.json)")
+    p.add_argument("--out", default=None, help="JSON output path (default benchmarks/results/robust_rvm_<backend>.json)")
     args = p.parse_args(argv)
     if args.quick:
         args.sizes = [40, 80]

@@ -29,8 +29,8 @@ The noise variance is fixed at ``--noise-var`` (1e-3: a standard deviation of 8 
 
 Usage::
 
-    python bench/sequential_sbl_experiments.py | tee bench/results/sequential_sbl_experiments.log
-    python bench/sequential_sbl_experiments.py --quick --out-dir /tmp/ssbl
+    python experiments/sequential_sbl.py | tee experiments/results/sequential_sbl_experiments.log
+    python experiments/sequential_sbl.py --quick --out-dir /tmp/ssbl
 """
 from __future__ import annotations
 
@@ -41,9 +41,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from _common import environment  # noqa: E402
+from benchmarks.timing import environment  # noqa: E402
 
 PAPER_FSIM = {"A haar1": 0.74, "B guided +5%": 0.93, "C haar2 on the rest": 0.91, "D rbf": 0.88}
 

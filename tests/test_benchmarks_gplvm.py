@@ -4,11 +4,11 @@ import math
 
 import pytest
 
-from scripts import bench_module, run_script
+from scripts import run_script, script_module
 
 
 def test_gplvm_bench_quick(tmp_path):
-    proc, record = run_script("bench/gplvm.py", "--quick", "--out", tmp_path / "g.json", record=tmp_path / "g_quick.json")
+    proc, record = run_script("benchmarks/gplvm.py", "--quick", "--out", tmp_path / "g.json", record=tmp_path / "g_quick.json")
     assert "# goals" in proc.stdout
     rows = record["rows"]
     assert [r["n"] for r in rows] == [50, 100]
@@ -65,7 +65,7 @@ def test_gplvm_bench_quick(tmp_path):
 
 
 def test_gplvm_spread_quick_summarises_its_runs(tmp_path):
-    proc, record = run_script("bench/gplvm_spread.py", "--quick", "--out", tmp_path / "s.json",
+    proc, record = run_script("benchmarks/gplvm_spread.py", "--quick", "--out", tmp_path / "s.json",
                               record=tmp_path / "s_quick.json")
     runs = record["runs"]
     assert [run["run"] for run in runs] == [1, 2]
@@ -88,7 +88,7 @@ def test_gplvm_spread_quick_summarises_its_runs(tmp_path):
 
 def test_arithmetic_floor_counts_the_bulk_of_the_data_term():
     """At the record's setting (digits, N = 100, Q = 20, M = 30) the Psi2 products that
-    ``bench/gplvm.py``'s arithmetic floor counts are at most, and most of, the flops XLA counts in
+    ``benchmarks/gplvm.py``'s arithmetic floor counts are at most, and most of, the flops XLA counts in
     the compiled data term (value and gradient): the floor is a lower bound, and not a loose one."""
     import argparse
 
@@ -97,7 +97,7 @@ def test_arithmetic_floor_counts_the_bulk_of_the_data_term():
     from ppl_sbl import sparse_gp as sg
     from ppl_sbl.models import gplvm
 
-    bench = bench_module("gplvm")
+    bench = script_module("benchmarks.gplvm")
     args = argparse.Namespace(latent_dim=20, num_inducing=30, seed=0)
     free, fixed, Y, Z, _ = bench.problem(100, args)
     prob = gplvm._NaturalProblem(free, fixed, Y, Z, prior_kernel="rbf", jitter=sg.JITTER)
@@ -113,7 +113,7 @@ def test_arithmetic_floor_counts_the_bulk_of_the_data_term():
 def test_spread_summary_is_none_where_a_run_lacks_the_statistic():
     """The compiled floor is measured up to N = 512 only: at larger N a run records None, and the
     spread reports no summary rather than failing or counting it."""
-    gplvm_spread = bench_module("gplvm_spread")
+    gplvm_spread = script_module("benchmarks.gplvm_spread")
     assert gplvm_spread.summarise([2.0, None]) is None
     s = gplvm_spread.summarise([2.0, 4.0, 3.5])
     assert (s["min"], s["median"], s["max"], s["runs_above_goal"]) == (2.0, 3.5, 4.0, 2)
@@ -125,7 +125,7 @@ def test_gplvm_crossover_quick(tmp_path):
     route is the one with the smaller time, and the fit's route follows _DEVICE_FACTOR_MAX_N."""
     from ppl_sbl.models import gplvm
 
-    proc, record = run_script("bench/gplvm_crossover.py", "--quick", "--out", tmp_path / "c.json",
+    proc, record = run_script("benchmarks/gplvm_crossover.py", "--quick", "--out", tmp_path / "c.json",
                               record=tmp_path / "c_quick.json")
     assert record["device_factor_max_n"] == gplvm._DEVICE_FACTOR_MAX_N
     assert [r["n"] for r in record["rows"]] == [50, 100]

@@ -1,6 +1,6 @@
 """The experiments of Biggio et al.'s super-sparse learning, on data that ship offline.
 
-Not a test (``tests/test_super_sparse_experiments.py`` runs ``--quick``). The paper verified faces
+Not a test (``tests/test_experiments_super_sparse.py`` runs ``--quick``). The paper verified faces
 (AT&T, BioID) and estimated ages (FG-NET, FRGC); those data do not ship. Here the same kinds of
 comparison on scikit-learn's bundled sets; only the layout carries over, not the paper's numbers.
 
@@ -66,9 +66,9 @@ import time
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from _common import environment  # noqa: E402
+from benchmarks.timing import environment  # noqa: E402
 
 
 def log(*a):
@@ -112,7 +112,7 @@ def k_medoids(X, m, seed):
 
 def selected(X, y, rows, gamma, lam):
     """The machine (1) on the fixed prototypes X[rows], coefficients by the beta-step (4)."""
-    from models import super_sparse as ss
+    from ppl_sbl.models import super_sparse as ss
 
     return ss.fit(X, y, m=len(rows), init=X[rows], gamma=gamma, lam=lam, max_steps=0)
 
@@ -120,7 +120,7 @@ def selected(X, y, rows, gamma, lam):
 def decreasing(X, y, grid, **kw):
     """The paper's incremental procedure (8): yields (m, result) for m in ``grid`` from the
     largest down, each smaller machine pruned from the previous one and warm-started."""
-    from models import super_sparse as ss
+    from ppl_sbl.models import super_sparse as ss
 
     result = None
     for m in sorted(set(grid), reverse=True):
@@ -141,7 +141,7 @@ def verification(args):
     from sklearn.model_selection import GridSearchCV
     from sklearn.svm import SVC
 
-    from models import super_sparse as ss
+    from ppl_sbl.models import super_sparse as ss
     from ppl_sbl import datasets
 
     d = datasets.digits(args.n_train, seed=args.seed)
@@ -283,7 +283,7 @@ def regression_fold(X, y, X_test, y_test, grid, args, seed, known_gamma=None):
     from sklearn.linear_model import LassoCV
     from sklearn.model_selection import GridSearchCV
 
-    from models import super_sparse as ss
+    from ppl_sbl.models import super_sparse as ss
     from ppl_sbl import basis
 
     mae = lambda f: float(np.mean(np.abs(y_test - f)))  # noqa: E731
@@ -510,7 +510,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-figures", action="store_true")
     p.add_argument("--out-dir", default=os.path.join(HERE, "results"),
-                   help="where the JSON record and the PNG figures go (default bench/results)")
+                   help="where the JSON record and the PNG figures go (default experiments/results)")
     args = p.parse_args(argv)
     for k, v in (QUICK if args.quick else FULL).items():
         if getattr(args, k) is None:

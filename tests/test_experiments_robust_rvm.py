@@ -1,4 +1,4 @@
-"""The robust RVM experiment script (bench/robust_rvm_experiments.py) runs end to end in quick mode."""
+"""The robust RVM experiment script (experiments/robust_rvm.py) runs end to end in quick mode."""
 import math
 
 import pytest
@@ -13,7 +13,7 @@ FIGURES = ["robust_rvm_weighted_loss", "robust_rvm_boundaries", "robust_rvm_sens
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("robust_experiments")
-    proc, record = run_script("bench/robust_rvm_experiments.py", "--quick", "--out-dir", out,
+    proc, record = run_script("experiments/robust_rvm.py", "--quick", "--out-dir", out,
                               record=out / "robust_rvm_experiments_quick.json")
     return out, record, proc.stdout
 

@@ -1,4 +1,4 @@
-"""Smoke test of bench/grid_rvm.py --quick: it runs and writes the expected JSON record.
+"""Smoke test of benchmarks/grid_rvm.py --quick: it runs and writes the expected JSON record.
 
 No timing is asserted (the benchmark's numbers depend on the machine); only the structure of
 the record and the plausibility of the fits.
@@ -11,7 +11,7 @@ MODELS = ("p", "s", "rvm")
 
 
 def test_grid_rvm_bench_quick(tmp_path):
-    proc, record = run_script("bench/grid_rvm.py", "--quick", "--out", tmp_path / "x.json", record=tmp_path / "x.json")
+    proc, record = run_script("benchmarks/grid_rvm.py", "--quick", "--out", tmp_path / "x.json", record=tmp_path / "x.json")
     assert "Per sweep at the full size M" in proc.stdout
     assert "To convergence" in proc.stdout
 
