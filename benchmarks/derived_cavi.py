@@ -20,19 +20,13 @@ No pruning in either (pruning is a property of the CAVI loop, not of the sweep).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from benchmarks.timing import environment  # noqa: E402
-
-
-def log(*a):
-    print(*a, flush=True)
+from benchmarks.timing import environment, log, repeat_timed, run_chained, timed, write_record  # noqa: E402
 
 
 def problems(N, seed):
@@ -55,6 +49,8 @@ def problems(N, seed):
 
 
 def time_sweep(guide, args, warm, repeats):
+    """(median seconds of one jitted sweep of ``guide`` over ``repeats`` calls after a compiling one,
+    the ELBO after ``warm`` sweeps from the initial state)."""
     import jax
     import numpy as np
 
@@ -66,15 +62,9 @@ def time_sweep(guide, args, warm, repeats):
         state = guide.update(state, data)
         return state, guide.elbo(state, data)
 
-    for _ in range(warm):
-        state, value = sweep(state, data)
-    jax.block_until_ready(sweep(state, data))
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(sweep(state, data))
-        times.append(time.perf_counter() - t)
-    return float(np.median(times)), float(value)
+    state, value = run_chained(sweep, state, data, warm)
+    seconds, _ = repeat_timed(lambda: jax.block_until_ready(sweep(state, data)), repeats, warm=True)
+    return float(np.median(seconds)), float(value)
 
 
 def main(argv=None):
@@ -108,9 +98,7 @@ def main(argv=None):
     for N in args.sizes:
         for name, (model, margs) in problems(N, args.seed).items():
             hand = resolve_guide(model.closed_form_guide, margs, {})
-            t0 = time.perf_counter()
-            derived = derived_guide(model, *margs)
-            derive_s = time.perf_counter() - t0
+            derived, derive_s = timed(lambda: derived_guide(model, *margs))
             th, eh = time_sweep(hand, margs, args.warm, args.repeats)
             td, ed = time_sweep(derived, margs, args.warm, args.repeats)
             M = int(margs[0].reshape(margs[0].shape[0], -1).shape[1])
@@ -121,11 +109,8 @@ def main(argv=None):
             log(f"{name:20s} N={N:5d} M={M:5d}: hand {th * 1e3:8.2f} ms, derived {td * 1e3:8.2f} ms, ratio "
                 f"{td / th:6.2f} ({'within' if row['goal_met'] else 'above'} 1.5); derivation {derive_s:.1f} s; "
                 f"ELBOs agree to {row['elbo_relative_difference']:.1e}")
-    record = {"args": vars(args), "environment": env, "rows": rows}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as fh:
-        json.dump(record, fh, indent=1, default=float)
-    log(f"record: {args.out}")
+    write_record({"benchmark": "derived CAVI sweep against the hand-written guides", "args": vars(args),
+                  "environment": env, "rows": rows}, args.out)
     return 0
 
 

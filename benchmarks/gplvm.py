@@ -39,9 +39,7 @@ Per N:
 * the floor under the natural evaluation: its LAPACK calls alone, per latent dimension B_q copied
   into a Fortran-ordered buffer, factorised (dpotrf) and its factor inverted (the evaluation does
   this to C_q = K + Lambda_q^-1 = A^-1 B_q A^-1, the same work on a rescaled matrix)
-  (``gplvm._triangular_inverse``: at N = 100 and 200 faster than LAPACK's trtri and than trsm
-  against the identity, and within 4% of the fastest recursive blocking tried, one with trsm
-  base cases), in place, with nothing else; and
+  (``gplvm._triangular_inverse``), in place, with nothing else; and
   the floor ratio (floor + the data term) / JAX's Cholesky, of medians and of minima. q(X)'s
   variances need diag(B_q^-1), so the triangular inverse's N^3 / 3 flops on top of the
   factorisation's. This is the floor of the host route, one LAPACK call after another; the
@@ -55,9 +53,9 @@ Per N:
   faster triangular inverse or data term could (jaxlib has no LAPACK trtri kernel).
 * the arithmetic floor (:func:`arithmetic`): the flops of q(X)'s factorisations and triangular
   inverses and of the data term's Psi2 products, over the Q Cholesky factorisations' flops, and
-  XLA's own flop count of the compiled data term beside it. At Q = 20, M = 30 it is 3.72 at N =
-  100 and 2.43 at N = 200: at N = 100 the evaluation can meet 3x only by running the work beyond
-  the factorisations faster per flop than the reference runs them.
+  XLA's own flop count of the compiled data term beside it. Where it is above 3, the evaluation
+  can meet 3x only by running the work beyond the factorisations faster per flop than the
+  reference runs them.
 
 Whole fits (``--fit-sizes``, default 500 and 1797, each with every one of ``--optimizers``;
 ``--fit-steps`` sweeps or L-BFGS iterations at most, 300 and 40 by default): seconds, iterations,
@@ -67,49 +65,35 @@ How far the ratios move between processes: ``benchmarks/gplvm_spread.py``.
 
 Usage::
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/gplvm.py | tee benchmarks/results/gplvm_cpu.log
+    OPENBLAS_NUM_THREADS=1 python benchmarks/gplvm.py     # benchmarks/results/gplvm_cpu.json
     python benchmarks/gplvm.py --quick
 
 (one BLAS thread for the record: JAX's batched Cholesky runs one factorisation after the other,
-and so does the bound; on the 2-core VM of the record OpenBLAS's second thread made JAX's 200 x
-200 factorisations slower, not faster. Not pinned to one core: with one core the exact gradient
+and so does the bound. Not pinned to one core: with one core the exact gradient
 has no thread left for its LAPACK callback and takes JAX's slower route, see
 ``gplvm._host_lapack``.)
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from benchmarks.timing import environment, loglog_fit  # noqa: E402
+from benchmarks.timing import (environment, fmt, interleaved_rounds, log, loglog_slope, summarise,  # noqa: E402
+                               write_record, xla_cost)
 
 
 def interleaved_timings(functions, reps):
     """(median, minimum) wall time of each of ``functions`` (name -> callable, each called once
-    first to warm it) over ``reps`` rounds, every round calling each function once in turn: the
-    reference and the timed evaluation see the same state of a shared machine (on this 2-core VM a
-    function timed a minute after another could run at half the speed). The minimum is each
-    function's cost when nothing disturbed it (noise only adds time); the median is what a run
-    typically sees. JAX's batched Cholesky at N = 100 spreads widely between rounds (its fastest
-    rounds about half its median), so the ratios of both are recorded."""
-    import numpy as np
-
-    for fn in functions.values():
-        fn()
-    times = {name: [] for name in functions}
-    for _ in range(reps):
-        for name, fn in functions.items():
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
-    return ({name: float(np.median(ts)) for name, ts in times.items()},
-            {name: float(np.min(ts)) for name, ts in times.items()})
+    first to warm it) over ``reps`` rounds, every round calling each function once in turn
+    (:func:`benchmarks.timing.interleaved_rounds`): the reference and the timed evaluation see the
+    same state of a shared machine. The minimum is each function's cost when nothing disturbed it
+    (noise only adds time); the median is what a run typically sees: both ratios are recorded."""
+    summaries = {name: summarise(s["wall"]) for name, s in interleaved_rounds(functions, reps).items()}
+    return ({name: s["median"] for name, s in summaries.items()}, {name: s["min"] for name, s in summaries.items()})
 
 
 def problem(N, args):
@@ -157,14 +141,6 @@ def arithmetic(N, Q, M):
     data = 3 * 2.0 * N * (2 * Q + 1) * M * (M + 1) / 2
     return {"cholesky_flops": chol, "moments_flops": moments, "data_term_flops": data,
             "ratio": (moments + data) / chol}
-
-
-def xla_flops(jitted, *args):
-    """XLA's own flop count of the jitted function ``jitted`` compiled for ``args`` (its
-    ``cost_analysis``; custom calls such as LAPACK's count nothing)."""
-    cost = jitted.lower(*args).compile().cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    return float(cost["flops"])
 
 
 def time_size(N, args):
@@ -244,7 +220,7 @@ def time_size(N, args):
         timed["compiled_floor"] = lambda: jax.block_until_ready(compiled_factor(C))
     flops = arithmetic(N, args.latent_dim, args.num_inducing)
     # XLA's own count of the compiled data term (value and gradient), beside the lower bound above
-    data_xla_flops = xla_flops(prob.F_grad, mu0, var0, hyper, prob.fixed, prob.Z)
+    data_xla_flops = xla_cost(prob.F_grad, mu0, var0, hyper, prob.fixed, prob.Z)["flops"]
     t, t_min = interleaved_timings(timed, args.reps)
     t_chol, t_nat, t_vg, t_v, t_potrf, t_inverse, t_moments, t_data, t_trtri = (
         t[k] for k in ("chol", "natural", "vg", "v", "potrf", "inverse", "moments", "data", "trtri"))
@@ -276,12 +252,12 @@ def time_size(N, args):
            "bound": float(value(free, fixed, Y, Z)),
            "arithmetic": flops, "arithmetic_floor_ratio": flops["ratio"],
            "data_term_xla_flops": data_xla_flops}
-    print(f"{N:>5} | {t_nat:10.4f} {t_vg:10.4f} {t_v:9.4f} | {t_chol:10.4f} {t_potrf:10.4f} {t_inverse:10.4f} | "
-          f"{t_nat / t_chol:9.2f} {nat_min_ratio:9.2f} | {t_vg / t_chol:9.2f} {t_vg / t_potrf:9.2f} {t_vg / t_inverse:9.2f} | "
-          f"{t_inverse / t_chol:9.2f} | {t_moments / t_chol:7.2f} {t_data / t_chol:7.2f} {t_trtri / t_potrf:7.2f} | "
-          f"{floor_ratio:7.2f} {floor_min_ratio:7.2f} | "
-          + (f"{compiled_floor_ratio:7.2f} {compiled_floor_min_ratio:7.2f}" if compiled else "      -       -")
-          + f" | {flops['ratio']:7.2f}", flush=True)
+    log(f"{N:>5} | {t_nat:10.4f} {t_vg:10.4f} {t_v:9.4f} | {t_chol:10.4f} {t_potrf:10.4f} {t_inverse:10.4f} | "
+        f"{t_nat / t_chol:9.2f} {nat_min_ratio:9.2f} | {t_vg / t_chol:9.2f} {t_vg / t_potrf:9.2f} {t_vg / t_inverse:9.2f} | "
+        f"{t_inverse / t_chol:9.2f} | {t_moments / t_chol:7.2f} {t_data / t_chol:7.2f} {t_trtri / t_potrf:7.2f} | "
+        f"{floor_ratio:7.2f} {floor_min_ratio:7.2f} | "
+        + (f"{compiled_floor_ratio:7.2f} {compiled_floor_min_ratio:7.2f}" if compiled else "      -       -")
+        + f" | {flops['ratio']:7.2f}")
     return row
 
 
@@ -301,15 +277,9 @@ def fit_size(N, steps, args, optimizer):
            "converged": res.converged, "message": res.info["message"], "kept_dims": [int(i) for i in res.relevant_dims],
            "seconds_per_step": res.seconds / max(res.info["steps"], 1)}
     unit = "natural sweeps" if optimizer == "natural" else "L-BFGS steps"
-    print(f"  fit N = {N:>5}: {optimizer:>7} {res.seconds:8.1f}s  {res.info['steps']:5d} {unit} (at most {steps})  "
-          f"bound {res.elbo:12.3f}  converged {res.converged}  ARD kept {len(res.relevant_dims)} of {args.latent_dim}",
-          flush=True)
+    log(f"  fit N = {N:>5}: {optimizer:>7} {res.seconds:8.1f}s  {res.info['steps']:5d} {unit} (at most {steps})  "
+        f"bound {res.elbo:12.3f}  converged {res.converged}  ARD kept {len(res.relevant_dims)} of {args.latent_dim}")
     return row
-
-
-def slope(xs, ys):
-    fit = loglog_fit(xs, ys)
-    return float("nan") if fit is None else fit[0]
 
 
 def main(argv=None):
@@ -337,36 +307,34 @@ def main(argv=None):
     from ppl_sbl.models import gplvm
 
     env = environment("sklearn")
-    print(f"# GPLVM benchmark  {env['date']}  backend={jax.default_backend()}  cpus={env['cpu_count']}  "
-          f"load={env['load_average']}  affinity={env['cpu_affinity']}  blas threads={env['blas_threads_env']}  "
-          f"Q={args.latent_dim}  M={args.num_inducing}", flush=True)
-    print("\n    N |  natural s exact grad s  bound s | Q chol JAX s  Q potrf s Q inverse s | natural / chol JAX: "
-          "medians, minima | exact: / chol JAX  / potrf  / inverse | inverse / chol JAX | natural's parts / chol JAX: moments, data "
-          "term | LAPACK trtri / potrf | floor (LAPACK's potrf + triangular inverse, + data term) / chol JAX: medians, "
-          "minima | compiled floor (blocked Cholesky and inverse, + data term; N <= "
-          f"{gplvm._DEVICE_FACTOR_MAX_N}) / chol JAX: medians, minima | flops (potrf + triangular inverse per "
-          "latent dimension, + the Psi2 products) / the Cholesky's", flush=True)
+    log(f"# GPLVM benchmark  {env['date']}  backend={jax.default_backend()}  cpus={env['cpu_count']}  "
+        f"load={env['load_average']}  affinity={env['cpu_affinity']}  blas threads={env['blas_threads_env']}  "
+        f"Q={args.latent_dim}  M={args.num_inducing}")
+    log("\n    N |  natural s exact grad s  bound s | Q chol JAX s  Q potrf s Q inverse s | natural / chol JAX: "
+        "medians, minima | exact: / chol JAX  / potrf  / inverse | inverse / chol JAX | natural's parts / chol JAX: moments, data "
+        "term | LAPACK trtri / potrf | floor (LAPACK's potrf + triangular inverse, + data term) / chol JAX: medians, "
+        "minima | compiled floor (blocked Cholesky and inverse, + data term; N <= "
+        f"{gplvm._DEVICE_FACTOR_MAX_N}) / chol JAX: medians, minima | flops (potrf + triangular inverse per "
+        "latent dimension, + the Psi2 products) / the Cholesky's")
     out = args.out.replace(".json", "_quick.json") if args.quick else args.out
-    os.makedirs(os.path.dirname(out), exist_ok=True)
     record = {"benchmark": "supervised GPLVM bound and gradient vs Q Cholesky factorisations", "environment": env,
               "args": vars(args), "rows": [], "fits": [], "partial": True}
 
-    def save():  # after every stage, so that an interrupted run leaves what it measured
-        with open(out, "w") as f:
-            json.dump(record, f, indent=1)
+    def save(announce=False):  # after every stage too: an interrupted run leaves what it measured
+        write_record(record, out, announce=announce)
 
     rows = record["rows"]
     for N in args.sizes:
         rows.append(time_size(N, args))
         save()
     summary = {
-        "slope_bound_and_grad": slope(args.sizes, [r["bound_and_grad_seconds"] for r in rows]),
-        "slope_jax_cholesky": slope(args.sizes, [r["jax_cholesky_seconds"] for r in rows]),
+        "slope_bound_and_grad": loglog_slope(args.sizes, [r["bound_and_grad_seconds"] for r in rows]),
+        "slope_jax_cholesky": loglog_slope(args.sizes, [r["jax_cholesky_seconds"] for r in rows]),
         "max_ratio_to_jax_cholesky": max(r["ratio_to_jax_cholesky"] for r in rows),
         "max_ratio_to_lapack_potrf": max(r["ratio_to_lapack_potrf"] for r in rows),
         "max_ratio_to_lapack_inverse": max(r["ratio_to_lapack_inverse"] for r in rows),
         "sizes_within_3x_jax_cholesky": [r["n"] for r in rows if r["ratio_to_jax_cholesky"] <= 3.0],
-        "slope_natural": slope(args.sizes, [r["natural_bound_and_grad_seconds"] for r in rows]),
+        "slope_natural": loglog_slope(args.sizes, [r["natural_bound_and_grad_seconds"] for r in rows]),
         "max_natural_ratio_to_jax_cholesky": max(r["natural_ratio_to_jax_cholesky"] for r in rows),
         "natural_sizes_within_3x_jax_cholesky": [r["n"] for r in rows if r["natural_ratio_to_jax_cholesky"] <= 3.0],
         "max_natural_min_ratio_to_jax_cholesky": max(r["natural_min_ratio_to_jax_cholesky"] for r in rows),
@@ -381,9 +349,9 @@ def main(argv=None):
             r["n"] for r in rows if r["compiled_floor_ratio_to_jax_cholesky"] is not None and max(
                 r["compiled_floor_ratio_to_jax_cholesky"], r["compiled_floor_min_ratio_to_jax_cholesky"]) > 3.0],
     }
-    print(f"# log-log slope in N: natural {summary['slope_natural']:.2f}, exact bound+grad "
-          f"{summary['slope_bound_and_grad']:.2f}, Q Cholesky (JAX) "
-          f"{summary['slope_jax_cholesky']:.2f} (section 5.4: O(Q N^3))", flush=True)
+    log(f"# log-log slope in N: natural {fmt(summary['slope_natural'])}, exact bound+grad "
+        f"{fmt(summary['slope_bound_and_grad'])}, Q Cholesky (JAX) "
+        f"{fmt(summary['slope_jax_cholesky'])} (section 5.4: O(Q N^3))")
     record["summary"] = summary
     for N, steps in zip(args.fit_sizes, args.fit_steps):
         for optimizer in args.optimizers:
@@ -393,22 +361,21 @@ def main(argv=None):
     goals = {"bound_and_grad_within_3x_q_cholesky_at_every_n": max(
                  summary["max_natural_ratio_to_jax_cholesky"], summary["max_natural_min_ratio_to_jax_cholesky"]) <= 3.0,
              "exact_lambda_gradient_within_3x_q_cholesky_at_every_n": summary["max_ratio_to_jax_cholesky"] <= 3.0}
-    print("# goals: " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in goals.items())
-          + f" (natural evaluation, what the default fit uses: largest ratio of medians "
-          f"{summary['max_natural_ratio_to_jax_cholesky']:.2f}, within 3x at N = "
-          f"{summary['natural_sizes_within_3x_jax_cholesky']}; of minima "
-          f"{summary['max_natural_min_ratio_to_jax_cholesky']:.2f}, within 3x at N = "
-          f"{summary['natural_sizes_within_3x_jax_cholesky_minima']}; exact (mubar, lambda) gradient, what L-BFGS uses: "
-          f"largest ratio {summary['max_ratio_to_jax_cholesky']:.2f} to JAX's Cholesky, "
-          f"{summary['max_ratio_to_lapack_potrf']:.2f} to LAPACK's; within 3x at N = "
-          f"{summary['sizes_within_3x_jax_cholesky']}; largest ratio to the potrf + potri floor "
-          f"{summary['max_ratio_to_lapack_inverse']:.2f}; the floor, LAPACK's potrf + triangular inverse + the data "
-          f"term, is above 3x at N = {summary['floor_sizes_above_3x_jax_cholesky']}; the compiled route's floor at N = "
-          f"{summary['compiled_floor_sizes_above_3x_jax_cholesky']}; the flops alone are above 3x the Cholesky's at N = "
-          f"{summary['arithmetic_floor_sizes_above_3']})", flush=True)
+    log("# goals: " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in goals.items())
+        + f" (natural evaluation, what the default fit uses: largest ratio of medians "
+        f"{summary['max_natural_ratio_to_jax_cholesky']:.2f}, within 3x at N = "
+        f"{summary['natural_sizes_within_3x_jax_cholesky']}; of minima "
+        f"{summary['max_natural_min_ratio_to_jax_cholesky']:.2f}, within 3x at N = "
+        f"{summary['natural_sizes_within_3x_jax_cholesky_minima']}; exact (mubar, lambda) gradient, what L-BFGS uses: "
+        f"largest ratio {summary['max_ratio_to_jax_cholesky']:.2f} to JAX's Cholesky, "
+        f"{summary['max_ratio_to_lapack_potrf']:.2f} to LAPACK's; within 3x at N = "
+        f"{summary['sizes_within_3x_jax_cholesky']}; largest ratio to the potrf + potri floor "
+        f"{summary['max_ratio_to_lapack_inverse']:.2f}; the floor, LAPACK's potrf + triangular inverse + the data "
+        f"term, is above 3x at N = {summary['floor_sizes_above_3x_jax_cholesky']}; the compiled route's floor at N = "
+        f"{summary['compiled_floor_sizes_above_3x_jax_cholesky']}; the flops alone are above 3x the Cholesky's at N = "
+        f"{summary['arithmetic_floor_sizes_above_3']})")
     record.update(goals=goals, partial=False)
-    save()
-    print(f"# wrote {out}", flush=True)
+    save(announce=True)
 
 
 if __name__ == "__main__":

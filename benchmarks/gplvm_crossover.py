@@ -13,7 +13,7 @@ reference (medians and minima over the rounds) and which route is faster by each
 
 Usage::
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/gplvm_crossover.py | tee benchmarks/results/gplvm_cpu_crossover.log
+    OPENBLAS_NUM_THREADS=1 python benchmarks/gplvm_crossover.py   # benchmarks/results/gplvm_cpu_crossover.json
     python benchmarks/gplvm_crossover.py --quick
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from benchmarks.timing import environment, write_record  # noqa: E402
+from benchmarks.timing import environment, log, write_record  # noqa: E402
 from benchmarks.gplvm import cholesky_reference, interleaved_timings, problem  # noqa: E402
 
 
@@ -59,9 +59,9 @@ def time_routes(N, args):
            "faster_by_minima": "device" if t_min["device"] < t_min["host"] else "host",
            "routes_diag_inverse_max_relative_difference": agreement,
            "fit_takes": "device" if N <= gplvm._DEVICE_FACTOR_MAX_N else "host"}
-    print(f"{N:>5} | {row['device_over_jax_cholesky']:6.2f} {row['device_min_over_jax_cholesky']:6.2f} | "
-          f"{row['host_over_jax_cholesky']:6.2f} {row['host_min_over_jax_cholesky']:6.2f} | "
-          f"{row['faster_by_medians']:>7} {row['faster_by_minima']:>7} | {row['fit_takes']:>7} | {agreement:9.1e}", flush=True)
+    log(f"{N:>5} | {row['device_over_jax_cholesky']:6.2f} {row['device_min_over_jax_cholesky']:6.2f} | "
+        f"{row['host_over_jax_cholesky']:6.2f} {row['host_min_over_jax_cholesky']:6.2f} | "
+        f"{row['faster_by_medians']:>7} {row['faster_by_minima']:>7} | {row['fit_takes']:>7} | {agreement:9.1e}")
     return row
 
 
@@ -80,11 +80,11 @@ def main(argv=None):
     from ppl_sbl.models import gplvm
 
     env = environment()
-    print(f"# GPLVM q(X) moments: compiled route against host route  {env['date']}  cpus={env['cpu_count']}  "
-          f"blas threads={env['blas_threads_env']}  Q={args.latent_dim}  the fit's compiled route up to N = "
-          f"{gplvm._DEVICE_FACTOR_MAX_N}", flush=True)
-    print("\n    N | device / chol JAX: medians minima | host / chol JAX: medians minima | faster: medians minima | "
-          "fit takes | diag B^-1 max rel. diff.", flush=True)
+    log(f"# GPLVM q(X) moments: compiled route against host route  {env['date']}  cpus={env['cpu_count']}  "
+        f"blas threads={env['blas_threads_env']}  Q={args.latent_dim}  the fit's compiled route up to N = "
+        f"{gplvm._DEVICE_FACTOR_MAX_N}")
+    log("\n    N | device / chol JAX: medians minima | host / chol JAX: medians minima | faster: medians minima | "
+        "fit takes | diag B^-1 max rel. diff.")
     rows = [time_routes(N, args) for N in args.sizes]
     record = {"benchmark": "GPLVM q(X) moments, compiled (device) against host LAPACK route", "environment": env,
               "args": vars(args), "device_factor_max_n": gplvm._DEVICE_FACTOR_MAX_N, "rows": rows}

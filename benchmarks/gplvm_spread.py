@@ -1,19 +1,20 @@
 """Benchmark: how far the GPLVM speed ratio moves between separate processes.
 
 ``benchmarks/gplvm.py`` times the natural evaluation (what the default fit evaluates) against JAX's
-Q Cholesky factorisations in interleaved rounds within one process. On a shared 2-core VM the
-reference's own time moves by a factor of two or more from one process to the next, so one record
-can land either side of the 3x goal. This runs ``benchmarks/gplvm.py`` (no fits) ``--runs`` times, each
+Q Cholesky factorisations in interleaved rounds within one process. On a shared machine the
+reference's own time moves from one process to the next, so one record can land either side of
+the 3x goal. This runs ``benchmarks/gplvm.py`` (no fits) ``--runs`` times, each
 in a fresh process, and records per N the spread over the runs of both ratios it prints: of the
 medians over the rounds, and of the minima (each function's undisturbed cost); beside them the
 floor's ratio of minima (``benchmarks/gplvm.py``: the evaluation's LAPACK calls alone plus its data
 term), which says whether a run's reference left room for 3x at all, and the compiled route's
 floor (N <= ``gplvm._DEVICE_FACTOR_MAX_N``: its blocked Cholesky factorisations and inverses alone,
-plus the data term).
+plus the data term). The record keeps each statistic's values over the processes and their
+summary, not the processes' times.
 
 Usage::
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/gplvm_spread.py | tee benchmarks/results/gplvm_cpu_spread.log
+    OPENBLAS_NUM_THREADS=1 python benchmarks/gplvm_spread.py   # benchmarks/results/gplvm_cpu_spread.json
     python benchmarks/gplvm_spread.py --quick
 """
 from __future__ import annotations
@@ -28,20 +29,17 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from benchmarks.timing import environment, write_record  # noqa: E402
+from benchmarks.timing import environment, fmt, log, write_record  # noqa: E402
 
 STATISTICS = {"medians": "natural_ratio_to_jax_cholesky", "minima": "natural_min_ratio_to_jax_cholesky",
               "floor minima": "floor_min_ratio_to_jax_cholesky",
               "compiled floor minima": "compiled_floor_min_ratio_to_jax_cholesky"}
 
 
-def fmt(value):
-    return "-" if value is None else f"{value:.2f}"
-
-
-def summarise(values, goal=3.0):
-    """min, median, max and the number above ``goal`` of ``values``; None where a run has none (the
-    compiled floor above ``gplvm._DEVICE_FACTOR_MAX_N``)."""
+def spread(values, goal=3.0):
+    """min, median, max and the number above ``goal`` of ``values`` (one per process, kept too);
+    None where a run has none (the compiled floor, measured only up to the N where the fit takes
+    that route)."""
     import numpy as np
 
     if any(x is None for x in values):
@@ -63,9 +61,9 @@ def main(argv=None):
         args.runs, extra = 2, ["--quick"]
     out = args.out.replace(".json", "_quick.json") if args.quick else args.out
     env = environment()
-    print(f"# GPLVM ratio spread over {args.runs} processes  {env['date']}  cpus={env['cpu_count']}  "
-          f"blas threads={env['blas_threads_env']}", flush=True)
-    runs = []
+    log(f"# GPLVM ratio spread over {args.runs} processes  {env['date']}  cpus={env['cpu_count']}  "
+        f"blas threads={env['blas_threads_env']}")
+    runs = []  # per process: the statistics' values at each N (the record keeps their summaries)
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
             path = os.path.join(tmp, f"run{i}.json")
@@ -75,25 +73,22 @@ def main(argv=None):
                 path = path.replace(".json", "_quick.json")
             with open(path) as f:
                 rows = json.load(f)["rows"]
-            runs.append({"run": i + 1, "rows": [{k: r[k] for k in ("n", "natural_bound_and_grad_seconds",
-                                                                    "natural_min_seconds", "jax_cholesky_seconds",
-                                                                    "jax_cholesky_min_seconds", *STATISTICS.values())}
-                                                for r in rows]})
-            print(f"run {i + 1}: " + "  ".join(f"N={r['n']} " + "/".join(fmt(r[key]) for key in STATISTICS.values())
-                                              for r in rows) + "  (ratio of " + " / of ".join(STATISTICS) + ")",
-                  flush=True)
+            runs.append({"run": i + 1, "rows": [{k: r[k] for k in ("n", *STATISTICS.values())} for r in rows]})
+            log(f"run {i + 1}: " + "  ".join(f"N={r['n']} " + "/".join(fmt(r[key]) for key in STATISTICS.values())
+                                            for r in rows) + "  (ratio of " + " / of ".join(STATISTICS) + ")")
     sizes = [r["n"] for r in runs[0]["rows"]]
-    summary = {str(n): {name: summarise([run["rows"][j][key] for run in runs]) for name, key in STATISTICS.items()}
+    summary = {str(n): {name: spread([run["rows"][j][key] for run in runs]) for name, key in STATISTICS.items()}
                for j, n in enumerate(sizes)}
-    print("\n    N | " + " | ".join(f"ratio of {name}: min  median  max  runs > 3" for name in STATISTICS))
+    log("\n    N | " + " | ".join(f"ratio of {name}: min  median  max  runs > 3" for name in STATISTICS))
     for n in sizes:
-        print(f"{n:>5} | " + " | ".join(
+        log(f"{n:>5} | " + " | ".join(
             f"{s['min']:{len(name) + 16}.2f} {s['median']:7.2f} {s['max']:5.2f} {s['runs_above_goal']:9d}"
             if s is not None else f"{'-':>{len(name) + 16}} {'-':>7} {'-':>5} {'-':>9}"
-            for name, s in summary[str(n)].items()), flush=True)
+            for name, s in summary[str(n)].items()))
     record = {"benchmark": "spread over separate processes of the natural evaluation's ratio to JAX's Q Cholesky "
                            "factorisations", "environment": env, "args": vars(args),
-              "command": "OPENBLAS_NUM_THREADS=1 python benchmarks/gplvm_spread.py", "summary": summary, "runs": runs}
+              "command": "OPENBLAS_NUM_THREADS=1 python benchmarks/gplvm_spread.py", "runs": len(runs),
+              "summary": summary}
     write_record(record, out)
 
 

@@ -16,22 +16,22 @@ appended (d = 1 + k for the sinc, 2 + k for the mixture), so that M = N d grows 
 
 Measurements per problem:
 
-1. Per sweep, at the full size M (no pruning): one jitted sweep (``_compiled_sweep``: the
-   updates, then the ELBO of the updated state), compiled first, then timed over blocks of
-   chained sweeps (``state, elbo = sweep(state, data)``, ``block_until_ready`` at the end of a
-   block of about ``--block-seconds``, the same number of sweeps for the three models, sized
-   from the fastest sweep seen so far) from one warm state (after
-   ``--warm-sweeps`` sweeps from ``init``). The three models are timed in interleaved rounds
-   (the order rotating from round to round) for ``--seconds`` per problem; the table gives the
-   minimum over rounds, the ratio of the medians and the ratio of the minimum process CPU times
-   (all threads); every sample is in the JSON. The goal is judged twice: on the minima, and on
-   the median of the per-round ratios (the three models of a round run back to back, so slow
-   changes of the machine's load cancel; a single lucky block of one model moves the minimum
-   but not this median); the 5th, 10th and 25th percentile ratios are printed beside them. On a shared machine the minimum over many short
-   blocks is the least disturbed estimate; ``--single-thread`` (XLA on one thread) steadies it
-   further. With ``--breakdown`` (default, but not with ``--quick``) the two halves are timed
-   the same way: ``jax.jit(guide.update)`` (chained) and ``jax.jit(guide.elbo)`` (calls on one
-   updated state, issued back to back).
+1. Per sweep, at the full size M (no pruning): one jitted sweep (the updates, then the ELBO of
+   the updated state), compiled first, then timed over blocks of chained sweeps
+   (``state, elbo = sweep(state, data)``, ``block_until_ready`` at the end of a block of about
+   ``--block-seconds``, the same number of sweeps for the three models, sized from the fastest
+   sweep seen so far) from one warm state (after ``--warm-sweeps`` sweeps from ``init``). The
+   three models are timed in interleaved rounds (the order rotating from round to round) for
+   ``--seconds`` per problem; the table gives the minimum over rounds, the ratio of the medians
+   and the ratio of the minimum process CPU times (all threads); the JSON keeps each model's
+   minimum, median and maximum, not the rounds' samples. The goal is judged twice: on the
+   minima, and on the median of the per-round ratios (the three models of a round run back to
+   back, so slow changes of the machine's load cancel; a single lucky block of one model moves
+   the minimum but not this median); the 5th, 10th and 25th percentile ratios are printed beside
+   them. On a shared machine the minimum over many short blocks is the least disturbed estimate;
+   ``--single-thread`` (XLA on one thread) steadies it further. With ``--breakdown`` (default,
+   but not with ``--quick``) the two halves are timed the same way: ``jax.jit(guide.update)``
+   (chained) and ``jax.jit(guide.elbo)`` (calls on one updated state, issued back to back).
 2. XLA's static cost of the compiled sweep (and halves): flops, bytes accessed and the number
    of fused kernels, which no other load on the machine disturbs.
 3. To convergence: ``ppl_sbl.CAVI(model, tol, max_sweeps).run(...)`` with the default pruning,
@@ -42,7 +42,7 @@ Measurements per problem:
    Pruning changes the sizes, so the time per sweep of these runs is not the per-sweep cost at
    size M, and the number of sweeps to convergence differs between the models. Only problems
    with M <= ``--converge-max-m`` (default 1000) are run to convergence: the larger ones take
-   thousands of sweeps of up to a second each.
+   thousands of sweeps.
 
 The table prints the per-sweep times and the ratios grid/RVM, the wall times and ratios to
 convergence, sweeps to convergence, active coefficients at the end, ELBO (not comparable
@@ -52,7 +52,7 @@ record goes to ``benchmarks/results/``.
 
 Usage::
 
-    python benchmarks/grid_rvm.py --quick           # smoke run, tiny sizes, < 1 minute
+    python benchmarks/grid_rvm.py --quick           # smoke run, tiny sizes
     python benchmarks/grid_rvm.py                   # sinc k = 0, 5, 20; mixture k = 0, 10, 30
     python benchmarks/grid_rvm.py --single-thread   # the same, XLA on one thread (steadier on a busy machine)
     python benchmarks/grid_rvm.py --sinc-noise 0 5 20 --mixture-noise 0 --converge-max-m 0   # converge everywhere
@@ -60,19 +60,18 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import math
 import os
 import statistics
 import sys
 import time
 
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from benchmarks.timing import environment  # noqa: E402
+from benchmarks.timing import (CompileClock, Timer, environment, fmt, interleaved_rounds, load_average,  # noqa: E402
+                               log, run_chained, summarise, timed, write_record, xla_cost)
+
 DELTA = 5.55
 MODELS = ("p", "s", "rvm")
 GOAL = 1.2
@@ -126,100 +125,13 @@ def new_inputs(model, T_test):
     return T_test.reshape(T_test.shape[0], -1) if model == "rvm" else T_test
 
 
-class CompileClock:
-    """Sums the compilation durations that jax.monitoring reports while active."""
-
-    EVENTS = {
-        "/jax/core/compile/jaxpr_trace_duration": "trace",
-        "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
-        "/jax/core/compile/backend_compile_duration": "xla",
-    }
-
-    def __init__(self):
-        self.active = False
-        self.seconds = {v: 0.0 for v in self.EVENTS.values()}
-        self.count = 0
-        import jax.monitoring
-
-        jax.monitoring.register_event_duration_secs_listener(self._listen)
-
-    def _listen(self, event, duration, **kwargs):
-        if self.active and event in self.EVENTS:
-            self.seconds[self.EVENTS[event]] += float(duration)
-            if self.EVENTS[event] == "xla":
-                self.count += 1
-
-    @contextlib.contextmanager
-    def measure(self):
-        self.seconds = {v: 0.0 for v in self.EVENTS.values()}
-        self.count = 0
-        self.active = True
-        try:
-            yield self
-        finally:
-            self.active = False
-
-    @property
-    def total(self):
-        return sum(self.seconds.values())
-
-
 # ----------------------------------------------------------------------------------------------
 # Per-sweep timing at the full size
 # ----------------------------------------------------------------------------------------------
-def _chained(fn, state, data, reps, with_value):
-    """(wall, CPU) seconds per call of ``reps`` chained calls state -> fn(state, data), waited for
-    at the end."""
-    import jax
-
-    start, cpu = time.perf_counter(), time.process_time()
-    s = state
-    if with_value:
-        for _ in range(reps):
-            s, value = fn(s, data)
-        jax.block_until_ready((s, value))
-    else:
-        for _ in range(reps):
-            s = fn(s, data)
-        jax.block_until_ready(s)
-    return (time.perf_counter() - start) / reps, (time.process_time() - cpu) / reps
-
-
-def _back_to_back(fn, state, data, reps):
-    """(wall, CPU) seconds per call of ``reps`` calls fn(state, data) on the same arguments,
-    issued back to back and waited for together at the end."""
-    import jax
-
-    start, cpu = time.perf_counter(), time.process_time()
-    jax.block_until_ready([fn(state, data) for _ in range(reps)])
-    return (time.perf_counter() - start) / reps, (time.process_time() - cpu) / reps
-
-
-def xla_cost(jitted, *args):
-    """XLA's static cost of an already compiled jitted function: flops, bytes accessed, and the
-    number of fusions (kernels) and LAPACK custom calls in the optimised HLO. Custom calls
-    (Cholesky, triangular solves) are not in XLA's flop count; they are the same in all three
-    models."""
-    import re
-
-    compiled = jitted.lower(*args).compile()
-    cost = compiled.cost_analysis()
-    if isinstance(cost, (list, tuple)):
-        cost = cost[0] if cost else {}
-    cost = cost or {}
-    text = compiled.as_text() or ""
-    return {
-        "flops": float(cost.get("flops", float("nan"))),
-        "bytes_accessed": float(cost.get("bytes accessed", float("nan"))),
-        "transcendentals": float(cost.get("transcendentals", float("nan"))),
-        "fusions": len(re.findall(r"\bfusion\(", text)),
-        "custom_calls": sorted(re.findall(r'custom_call_target="([^"]+)"', text)),
-        "instructions": len(re.findall(r"^\s*(?:ROOT )?%?[\w.-]+ = ", text, flags=re.M)),
-    }
-
-
 def time_sweeps(task, T, t, *, rounds, min_rounds, seconds, block_seconds, warm_sweeps, breakdown, max_reps, clock):
-    """Per-sweep (and per-update / per-ELBO) seconds of the three models at the full size."""
+    """Per-sweep (and per-update / per-ELBO) seconds of the three models at the full size: blocks of
+    chained sweeps in interleaved rounds, the order rotating (:func:`benchmarks.timing.interleaved_rounds`);
+    the record keeps each one's minimum, median and maximum over the rounds and the ratios to the RVM."""
     import jax
     import numpy as np
 
@@ -232,18 +144,15 @@ def time_sweeps(task, T, t, *, rounds, min_rounds, seconds, block_seconds, warm_
         data = _strong(g.prepare(*args, **kwargs))
         state = _strong(g.init(data))
         sweep = _compiled_sweep(g)
-        with clock.measure():
-            start = time.perf_counter()
+        with Timer(clock) as first:
             warm, value = jax.block_until_ready(sweep(state, data))
-            first = time.perf_counter() - start
-        compile_seconds = clock.total
-        for _ in range(warm_sweeps):
-            warm, value = sweep(warm, data)
-        warm = jax.block_until_ready(warm)
-        estimate = min(_chained(sweep, warm, data, 1, True)[0] for _ in range(7))
-        setup = {"g": g, "data": data, "warm": warm, "sweep": sweep, "estimate": estimate,
-                 "first_call_seconds": first, "compile_seconds": compile_seconds,
-                 "factored": bool(warm.w.base.shape[0] > 0), "rank": int(warm.w.cov.shape[0]) if warm.w.base.shape[0] else None,
+        if warm_sweeps:
+            warm, value = run_chained(sweep, warm, data, warm_sweeps)
+        estimate = min(timed(lambda: run_chained(sweep, warm, data, 1))[1] for _ in range(7))
+        setup = {"data": data, "warm": warm, "sweep": sweep, "estimate": estimate,
+                 "first_call_seconds": first.wall, "compile_seconds": first.compile,
+                 "factored": bool(warm.w.base.shape[0] > 0),
+                 "rank": int(warm.w.cov.shape[0]) if warm.w.base.shape[0] else None,
                  "warm_elbo": float(value)}
         if breakdown:
             setup["update"] = jax.jit(g.update)
@@ -262,67 +171,70 @@ def time_sweeps(task, T, t, *, rounds, min_rounds, seconds, block_seconds, warm_
     def block_reps(per_sweep):
         return int(min(max_reps, max(1, math.ceil(block_seconds / max(per_sweep, 1e-7)))))
 
-    reps = block_reps(statistics.median(setups[m]["estimate"] for m in MODELS))
+    reps = [block_reps(statistics.median(setups[m]["estimate"] for m in MODELS))]
     reps_used = []
-    samples = {m: {"sweep": [], "update": [], "elbo": []} for m in MODELS}
-    cpu = {m: {"sweep": [], "update": [], "elbo": []} for m in MODELS}
-    final_elbo = {}
-    start = time.perf_counter()
-    r = 0
-    while r < rounds and (r < min_rounds or time.perf_counter() - start < seconds):
-        r += 1
-        order = MODELS[r % len(MODELS):] + MODELS[: r % len(MODELS)]
-        reps_used.append(reps)
-        for model in order:
-            s = setups[model]
-            timed = {"sweep": _chained(s["sweep"], s["warm"], s["data"], reps, True)}
-            if breakdown:
-                timed["update"] = _chained(s["update"], s["warm"], s["data"], reps, False)
-                timed["elbo"] = _back_to_back(s["elbo"], s["updated"], s["data"], reps)
-            for part, (wall, cpu_seconds) in timed.items():
-                samples[model][part].append(wall)
-                cpu[model][part].append(cpu_seconds)
-        reps = block_reps(statistics.median(min(samples[m]["sweep"]) for m in MODELS))
-    for model in MODELS:  # the sweeps stay finite over the longest timed block
-        s = setups[model]
-        state = s["warm"]
-        for _ in range(max(reps_used)):
-            state, value = s["sweep"](state, s["data"])
-        final_elbo[model] = float(value)
 
+    # one block of reps[0] calls of each, timed per call
+    def sweeps(s):  # chained sweeps, each on the last one's state
+        return lambda: run_chained(s["sweep"], s["warm"], s["data"], reps[0])
+
+    def updates(s):  # chained updates
+        def block():
+            state = s["warm"]
+            for _ in range(reps[0]):
+                state = s["update"](state, s["data"])
+            jax.block_until_ready(state)
+        return block
+
+    def elbos(s):  # the ELBO of one state, calls issued back to back
+        return lambda: jax.block_until_ready([s["elbo"](s["updated"], s["data"]) for _ in range(reps[0])])
+
+    parts = ("sweep", "update", "elbo") if breakdown else ("sweep",)
+    functions = {}
+    for model in MODELS:
+        s = setups[model]
+        functions[model, "sweep"] = sweeps(s)
+        if breakdown:
+            functions[model, "update"] = updates(s)
+            functions[model, "elbo"] = elbos(s)
+
+    def resize(samples):
+        reps_used.append(reps[0])
+        reps[0] = block_reps(statistics.median(min(samples[m, "sweep"]["wall"]) for m in MODELS))
+
+    samples = interleaved_rounds(functions, rounds, warm=False, rotate=True, min_rounds=min_rounds, seconds=seconds,
+                                 units=lambda: reps[0], after_round=resize)
     out = {}
     for model in MODELS:
         s = setups[model]
+        _, value = run_chained(s["sweep"], s["warm"], s["data"], max(reps_used))  # finite over the longest block
         rec = {
-            "reps_per_round": reps_used,
-            "rounds": r,
+            "rounds": len(reps_used),
+            "reps_per_round": {"min": min(reps_used), "max": max(reps_used)},
             "first_call_seconds": s["first_call_seconds"],
             "compile_seconds": s["compile_seconds"],
             "factored_covariance": s["factored"],
             "woodbury_rank": s["rank"],
             "elbo_after_warm_up": s["warm_elbo"],
-            "elbo_after_one_block": final_elbo[model],
-            "finite": bool(np.isfinite(final_elbo[model])),
+            "elbo_after_one_block": float(value),
+            "finite": bool(np.isfinite(float(value))),
             "xla_cost": s["cost"],
         }
-        for part in ("sweep", "update", "elbo"):
-            xs = samples[model][part]
-            if xs:
-                rec[part] = {"min": min(xs), "median": statistics.median(xs), "max": max(xs), "samples": xs}
-                cs = cpu[model][part]
-                rec[part + "_cpu"] = {"min": min(cs), "median": statistics.median(cs), "samples": cs}
+        for part in parts:
+            rec[part] = summarise(samples[model, part]["wall"])
+            cpu = summarise(samples[model, part]["cpu"])
+            rec[part + "_cpu"] = {"min": cpu["min"], "median": cpu["median"]}
         out[model] = rec
     for model in ("p", "s"):
+        wall, ref = samples[model, "sweep"]["wall"], samples["rvm", "sweep"]["wall"]
         out[model]["ratio_to_rvm"] = {
             stat: out[model]["sweep"][stat] / out["rvm"]["sweep"][stat] for stat in ("min", "median")
         }
         # per-round ratios (the three models of one round run back to back, so slow drifts of the
         # machine's load cancel): their median, and percentiles of each model's own samples
-        paired = [a / b for a, b in zip(samples[model]["sweep"], samples["rvm"]["sweep"])]
-        out[model]["ratio_to_rvm"]["paired_median"] = statistics.median(paired)
+        out[model]["ratio_to_rvm"]["paired_median"] = statistics.median(a / b for a, b in zip(wall, ref))
         out[model]["ratio_to_rvm"]["percentiles"] = {
-            q: float(np.percentile(samples[model]["sweep"], q) / np.percentile(samples["rvm"]["sweep"], q))
-            for q in (5, 10, 25)
+            q: float(np.percentile(wall, q) / np.percentile(ref, q)) for q in (5, 10, 25)
         }
         out[model]["flops_ratio_to_rvm"] = out[model]["xla_cost"]["sweep"]["flops"] / out["rvm"]["xla_cost"]["sweep"]["flops"]
         out[model]["cpu_ratio_to_rvm"] = {
@@ -345,18 +257,14 @@ def run_convergence(task, model, d, T, T_test, *, tol, max_sweeps, repeat, clock
 
     args, kwargs = call_args(model, T, d.t_train)
     cavi = ppl_sbl.CAVI(model_of(task, model), tol=tol, max_sweeps=max_sweeps, progress_bar=False)
-    with clock.measure():
-        start = time.perf_counter()
+    with Timer(clock) as tm:
         res = cavi.run(*args, **kwargs)
-        wall = time.perf_counter() - start
-    compile_seconds = dict(clock.seconds)
-    compiles = clock.count
     rec = {
-        "seconds_incl_jit": wall,
-        "compile_seconds": sum(compile_seconds.values()),
-        "compile_seconds_parts": compile_seconds,
-        "compilations": compiles,
-        "seconds_excl_jit": wall - sum(compile_seconds.values()),
+        "seconds_incl_jit": tm.wall,
+        "compile_seconds": tm.compile,
+        "compile_seconds_parts": tm.compile_parts,
+        "compilations": tm.compilations,
+        "seconds_excl_jit": tm.wall - tm.compile,
         "seconds_reported_by_result": float(res.seconds),
     }
     if repeat:
@@ -364,8 +272,8 @@ def run_convergence(task, model, d, T, T_test, *, tol, max_sweeps, repeat, clock
         res2 = cavi.run(*args, **kwargs)
         rec["seconds_second_run"] = time.perf_counter() - start
         if res2.num_sweeps != res.num_sweeps or not np.isclose(res2.elbo, res.elbo, rtol=1e-10, atol=1e-8):
-            print(f"  [warn] repeated CAVI run differs: {res.num_sweeps} vs {res2.num_sweeps} sweeps, "
-                  f"ELBO {res.elbo!r} vs {res2.elbo!r}", flush=True)
+            log(f"  [warn] repeated CAVI run differs: {res.num_sweeps} vs {res2.num_sweeps} sweeps, "
+                f"ELBO {res.elbo!r} vs {res2.elbo!r}")
     N, _, dims = T.shape
     relevant = np.asarray(res.relevant)
     out = res.predict(new_inputs(model, T_test))
@@ -379,7 +287,7 @@ def run_convergence(task, model, d, T, T_test, *, tol, max_sweeps, repeat, clock
         "num_sweeps": int(res.num_sweeps),
         "converged": bool(res.converged),
         "seconds_per_sweep_excl_jit": rec["seconds_excl_jit"] / max(res.num_sweeps, 1),
-        "prune_events": [list(map(int, e)) for e in res.prune_events],
+        "num_prunes": len(res.prune_events),
         "num_active_at_end": int(_num_active(res.state)),
         "relevant": int(relevant.sum()),
         "relevant_dims": int(relevant.reshape(N, dims).any(axis=0).sum()),
@@ -391,12 +299,6 @@ def run_convergence(task, model, d, T, T_test, *, tol, max_sweeps, repeat, clock
 # ----------------------------------------------------------------------------------------------
 # Reporting
 # ----------------------------------------------------------------------------------------------
-def fmt(x, spec=".1f", none="-"):
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return none
-    return format(x, spec)
-
-
 def print_table(rows, breakdown):
     lines = ["Per sweep at the full size M (no pruning), milliseconds, minimum over rounds:"]
     head = (f"{'task':<14} {'k':>3} {'N':>4} {'M':>5} {'form':>6} | {'p':>8} {'s':>8} {'RVM':>8} | "
@@ -469,7 +371,7 @@ def print_table(rows, breakdown):
         "  test error rate on the mixture; dims = input dimensions with at least one relevant coefficient.",
     ]
     text = "\n".join(lines)
-    print(text, flush=True)
+    log(text)
     return text
 
 
@@ -502,7 +404,7 @@ def parse_args(argv=None):
     p.add_argument("--no-breakdown", dest="breakdown", action="store_false", help="do not time them")
     p.add_argument("--converge-max-m", type=int, default=1000, metavar="M",
                    help="run to convergence only where M = N d <= M (default 1000: sinc k = 0, 5 and mixture "
-                        "k = 0; larger fits take thousands of sweeps of up to a second each); 0: everywhere")
+                        "k = 0; larger fits take thousands of sweeps); 0: everywhere")
     p.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                    help="skip the tiny warm-up fits (one-off eager compilations then count to the first problem)")
     p.add_argument("--no-convergence", dest="convergence", action="store_false", help="per-sweep timings only")
@@ -515,7 +417,7 @@ def parse_args(argv=None):
                         "shared machine")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: sinc k = 1 (N = 30), mixture k = 1 (N = 40), 5 timing rounds, 100 sweeps at most, "
-                        "no warm-up, no breakdown (< 1 min, mostly compilation)")
+                        "no warm-up, no breakdown")
     p.add_argument("--out", default=None, help="JSON output path (default benchmarks/results/grid_rvm_<backend>.json)")
     args = p.parse_args(argv)
     if args.breakdown is None:
@@ -556,11 +458,11 @@ def main(argv=None):
 
     clock = CompileClock()
     env = environment()
-    print(f"# ppl-sbl grid RVM benchmark  {env['date']}  host={env['hostname']}  backend={env['jax_backend']} "
-          f"devices={env['jax_devices']}  cpus={env['cpu_count']}  load={env['load_average']}", flush=True)
-    print(f"# versions {env['versions']}", flush=True)
-    print(f"# sinc k={args.sinc_noise} (N={args.n_sinc})  mixture k={args.mixture_noise} (N={args.n_mixture})  "
-          f"timing {args.seconds}s/problem ({args.min_rounds}-{args.rounds} rounds)  tol={args.tol}  max_sweeps={args.max_sweeps}  quick={args.quick}", flush=True)
+    log(f"# ppl-sbl grid RVM benchmark  {env['date']}  host={env['hostname']}  backend={env['jax_backend']} "
+        f"devices={env['jax_devices']}  cpus={env['cpu_count']}  load={env['load_average']}")
+    log(f"# versions {env['versions']}")
+    log(f"# sinc k={args.sinc_noise} (N={args.n_sinc})  mixture k={args.mixture_noise} (N={args.n_mixture})  "
+        f"timing {args.seconds}s/problem ({args.min_rounds}-{args.rounds} rounds)  tol={args.tol}  max_sweeps={args.max_sweeps}  quick={args.quick}")
 
     if args.warm_up:
         warm_up(clock)
@@ -569,7 +471,6 @@ def main(argv=None):
     if out is None:
         suffix = env["jax_backend"] + ("_quick" if args.quick else "")
         out = os.path.join(HERE, "results", f"grid_rvm_{suffix}.json")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     base = {
         "benchmark": "grid RVM (p-grid, s-grid) vs RVM on the same flattened per-dimension RBF table "
                      "(delta=5.55, centres = training inputs): sinc regression, mixture classification",
@@ -578,10 +479,8 @@ def main(argv=None):
         "args": vars(args),
     }
 
-    def save(extra):
-        # written after every problem, so that a run cut short still leaves its record
-        with open(out, "w") as fh:
-            json.dump({**base, **extra}, fh, indent=1, default=float)
+    def save(extra, announce=False):  # after every problem too: a run cut short leaves its record
+        write_record({**base, **extra}, out, announce=announce)
 
     problems = [("regression", k, args.n_sinc, args.n_test_sinc) for k in args.sinc_noise]
     problems += [("classification", k, args.n_mixture, args.n_test_mixture) for k in args.mixture_noise]
@@ -592,7 +491,7 @@ def main(argv=None):
         N, _, dims = T.shape
         row = {"task": task, "data": "sinc" if task == "regression" else "mixture", "k": k, "n": N, "d": dims,
                "m": N * dims, "n_test": int(T_test.shape[0])}
-        print(f"\n== {task} ({row['data']}), k = {k}, N = {N}, d = {dims}, M = {N * dims}", flush=True)
+        log(f"\n== {task} ({row['data']}), k = {k}, N = {N}, d = {dims}, M = {N * dims}")
         # to convergence first: the first use of these shapes in this process (incl. jit)
         if args.convergence and (not args.converge_max_m or row["m"] <= args.converge_max_m):
             conv = {}
@@ -601,15 +500,15 @@ def main(argv=None):
                                                   repeat=args.repeat_convergence, clock=clock)
                 metric = f"RMSE {c['rmse']:.4f}" if task == "regression" else f"test error {c['test_error']:.4f}"
                 second = f", second run {c['seconds_second_run']:.2f}s" if "seconds_second_run" in c else ""
-                print(f"  converge {model:>3}: {c['seconds_excl_jit']:.2f}s excl. jit ({c['seconds_incl_jit']:.2f}s incl., "
-                      f"{c['compile_seconds']:.2f}s compiling {c['compilations']} functions{second}); "
-                      f"{c['num_sweeps']} sweeps, converged {c['converged']}; {len(c['prune_events'])} prunes, "
-                      f"{c['num_active_at_end']} active; ELBO {c['elbo']:.3f}; {metric}; relevant {c['relevant']} "
-                      f"in {c['relevant_dims']} dims", flush=True)
+                log(f"  converge {model:>3}: {c['seconds_excl_jit']:.2f}s excl. jit ({c['seconds_incl_jit']:.2f}s incl., "
+                    f"{c['compile_seconds']:.2f}s compiling {c['compilations']} functions{second}); "
+                    f"{c['num_sweeps']} sweeps, converged {c['converged']}; {c['num_prunes']} prunes, "
+                    f"{c['num_active_at_end']} active; ELBO {c['elbo']:.3f}; {metric}; relevant {c['relevant']} "
+                    f"in {c['relevant_dims']} dims")
             row["convergence"] = conv
         else:
             row["convergence"] = None
-            print("  converge: skipped", flush=True)
+            log("  converge: skipped")
         ps = row["per_sweep"] = time_sweeps(task, T, d.t_train, rounds=args.rounds, min_rounds=args.min_rounds,
                                             seconds=args.seconds, block_seconds=args.block_seconds,
                                             warm_sweeps=args.warm_sweeps, breakdown=args.breakdown,
@@ -620,33 +519,32 @@ def main(argv=None):
             if args.breakdown:
                 extra = f"; update {1e3 * x['update']['min']:.3f} ms, elbo {1e3 * x['elbo']['min']:.3f} ms"
             ratio = f"; /RVM {x['ratio_to_rvm']['min']:.2f} (median {x['ratio_to_rvm']['median']:.2f})" if model != "rvm" else ""
-            print(f"  per sweep {model:>3}: {1e3 * x['sweep']['min']:.3f} ms min, {1e3 * x['sweep']['median']:.3f} ms median "
-                  f"({x['rounds']} rounds of {min(x['reps_per_round'])}-{max(x['reps_per_round'])} sweeps){ratio}{extra}", flush=True)
+            log(f"  per sweep {model:>3}: {1e3 * x['sweep']['min']:.3f} ms min, {1e3 * x['sweep']['median']:.3f} ms median "
+                f"({x['rounds']} rounds of {x['reps_per_round']['min']}-{x['reps_per_round']['max']} sweeps){ratio}{extra}")
         rows.append(row)
         save({"rows": rows, "partial": True})
 
-    print("", flush=True)
+    log("")
     table = print_table(rows, args.breakdown)
     worst = max(max(r["per_sweep"]["p"]["ratio_to_rvm"]["min"], r["per_sweep"]["s"]["ratio_to_rvm"]["min"]) for r in rows)
     goal_met = worst <= GOAL
-    print(f"\n# goal (grid sweep <= {GOAL} x RVM sweep, minimum over rounds): "
-          f"{'met' if goal_met else 'NOT met'}; worst ratio {worst:.2f}", flush=True)
+    log(f"\n# goal (grid sweep <= {GOAL} x RVM sweep, minimum over rounds): "
+        f"{'met' if goal_met else 'NOT met'}; worst ratio {worst:.2f}")
     worst_paired = max(max(r["per_sweep"][m]["ratio_to_rvm"]["paired_median"] for m in ("p", "s")) for r in rows)
     goal_met_paired = worst_paired <= GOAL
-    print(f"# goal on the median of the per-round ratios: {'met' if goal_met_paired else 'NOT met'}; "
-          f"worst ratio {worst_paired:.2f}", flush=True)
+    log(f"# goal on the median of the per-round ratios: {'met' if goal_met_paired else 'NOT met'}; "
+        f"worst ratio {worst_paired:.2f}")
     for r in rows:
         pr = {m: r["per_sweep"][m]["ratio_to_rvm"] for m in ("p", "s")}
-        print(f"#   {r['task']:<14} k={r['k']:<3} M={r['m']:<5} p/RVM, s/RVM: min {pr['p']['min']:.2f} {pr['s']['min']:.2f}; "
-              + "; ".join(f"{q}th pct {pr['p']['percentiles'][q]:.2f} {pr['s']['percentiles'][q]:.2f}" for q in (5, 10, 25))
-              + f"; per-round median {pr['p']['paired_median']:.2f} {pr['s']['paired_median']:.2f}", flush=True)
+        log(f"#   {r['task']:<14} k={r['k']:<3} M={r['m']:<5} p/RVM, s/RVM: min {pr['p']['min']:.2f} {pr['s']['min']:.2f}; "
+            + "; ".join(f"{q}th pct {pr['p']['percentiles'][q]:.2f} {pr['s']['percentiles'][q]:.2f}" for q in (5, 10, 25))
+            + f"; per-round median {pr['p']['paired_median']:.2f} {pr['s']['paired_median']:.2f}")
     total = time.perf_counter() - t_all
-    env["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    print(f"# total benchmark time {total:.1f}s", flush=True)
+    env["load_average_end"] = load_average()
+    log(f"# total benchmark time {total:.1f}s")
     save({"rows": rows, "partial": False, "goal_met": goal_met, "worst_ratio": worst,
           "goal_met_per_round_median": goal_met_paired, "worst_per_round_median_ratio": worst_paired, "table": table,
-          "total_seconds": total})
-    print(f"# wrote {out}", flush=True)
+          "total_seconds": total}, announce=True)
 
 
 if __name__ == "__main__":

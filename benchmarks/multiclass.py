@@ -13,7 +13,8 @@ exp(-delta ||x - x'||^2) with delta = 1 / (n_features var(X_train)) (scikit-lear
 For each: test error (%), relevance vectors (the distinct training points whose basis function any
 class uses, i.e. the kernel evaluations per prediction; SVC: its support vectors) and, for the RVMs,
 their total over the classes' weight vectors; warm wall time (median over ``--rounds`` after a warm
-call, peers interleaved; a warm call above ``--cap`` seconds is not repeated). Goal (issue: the user
+call, peers interleaved: :func:`benchmarks.timing.time_peers`; a warm call above ``--cap`` seconds is
+not repeated). Goal (issue: the user
 layer): on digits the multinomial RVC's error within 1 point of fastrvm's, with no more relevance
 vectors in total.
 
@@ -30,9 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from benchmarks.timing import environment, write_record  # noqa: E402
-from benchmarks.rvm import Peer, time_peers  # noqa: E402
-from benchmarks.robust_rvm import CompileClock  # noqa: E402
+from benchmarks.timing import CompileClock, Peer, environment, log, time_peers, write_record  # noqa: E402
 
 DATASETS = ("iris", "wine", "digits")
 REFERENCE = "fastrvm"
@@ -124,23 +123,23 @@ def goals(row):
 def print_table(rows):
     head = (f"{'data':>7} {'N':>5} {'C':>3} | {'peer':<16} {'median s':>9} {'first s':>8} | {'error %':>7} | "
             f"{'RVs':>5} {'RVs x class':>11}")
-    print("\n" + head + "\n" + "-" * len(head))
+    log("\n" + head + "\n" + "-" * len(head))
     for row in rows:
         for name, rec in row["peers"].items():
             if "seconds" not in rec:
-                print(f"{row['data']:>7} {row['n']:>5} {row['classes']:>3} | {name:<16} {rec['status']}")
+                log(f"{row['data']:>7} {row['n']:>5} {row['classes']:>3} | {name:<16} {rec['status']}")
                 continue
             over = rec.get("relevance_vectors_over_classes")
-            print(f"{row['data']:>7} {row['n']:>5} {row['classes']:>3} | {name:<16} {rec['seconds']:9.3f} "
-                  f"{rec['first_call_seconds']:8.2f} | {rec['test_error']:7.2f} | {rec['relevance_vectors']:>5} "
-                  f"{'-' if over is None else over:>11}" + ("  (capped: one call)" if rec["status"] == "capped" else ""))
-    print("\nTimes: median over the rounds after a warm call (first s: that call, JAX compilation included); "
-          "'capped': the warm call, less its compilation, not repeated.\nRVs: distinct training points whose basis "
-          "function a class uses (kernel evaluations per prediction; SVC: support vectors); RVs x class: summed "
-          "over the classes' weight vectors.")
+            log(f"{row['data']:>7} {row['n']:>5} {row['classes']:>3} | {name:<16} {rec['seconds']:9.3f} "
+                f"{rec['first_call_seconds']:8.2f} | {rec['test_error']:7.2f} | {rec['relevance_vectors']:>5} "
+                f"{'-' if over is None else over:>11}" + ("  (capped: one call)" if rec["status"] == "capped" else ""))
+    log("\nTimes: median over the rounds after a warm call (first s: that call, JAX compilation included); "
+        "'capped': the warm call, less its compilation, not repeated.\nRVs: distinct training points whose basis "
+        "function a class uses (kernel evaluations per prediction; SVC: support vectors); RVs x class: summed "
+        "over the classes' weight vectors.")
     for row in rows:
         for name, g in row.get("goals", {}).items():
-            print(f"# goal {row['data']}: {name} = {g['value']:+.2f} ({'met' if g['met'] else 'NOT met'})")
+            log(f"# goal {row['data']}: {name} = {g['value']:+.2f} ({'met' if g['met'] else 'NOT met'})")
 
 
 def main(argv=None):
@@ -162,14 +161,14 @@ def main(argv=None):
     env["versions"]["fastrvm"] = importlib.metadata.version("fastrvm")
     out = args.out or os.path.join(HERE, "results", f"multiclass_{env['jax_backend']}"
                                    + ("_quick" if args.quick else "") + ".json")
-    print(f"# multiclass RVC benchmark  {env['date']}  host={env['hostname']}  cpus={env['cpu_count']}  "
-          f"load={env['load_average']}\n# versions {env['versions']}", flush=True)
+    log(f"# multiclass RVC benchmark  {env['date']}  host={env['hostname']}  cpus={env['cpu_count']}  "
+        f"load={env['load_average']}\n# versions {env['versions']}")
     all_peers, clock, rows = peers(), CompileClock(), []
     start = time.perf_counter()
     for name in args.datasets:
         p = load(name)
-        print(f"\n== {name}: N = {len(p.t)}, test {len(p.t_test)}, {p.X.shape[1]} features, "
-              f"{len(set(p.t))} classes, delta = {p.delta:.4g}", flush=True)
+        log(f"\n== {name}: N = {len(p.t)}, test {len(p.t_test)}, {p.X.shape[1]} features, "
+            f"{len(set(p.t))} classes, delta = {p.delta:.4g}")
         row = {"data": name, "n": len(p.t), "n_test": len(p.t_test), "classes": len(set(p.t)), "delta": p.delta,
                "peers": time_peers(all_peers, p, rounds=args.rounds, cap=args.cap, skip=set(), clock=clock)}
         row["goals"] = goals(row)
@@ -178,7 +177,7 @@ def main(argv=None):
     record = {"benchmark": "multiclass RVC: test error, relevance vectors and warm time beside fastrvm's "
                            "one-vs-rest RVC and scikit-learn's SVC (same RBF, delta = scikit-learn's 'scale')",
               "environment": env, "args": vars(args), "rows": rows, "total_seconds": time.perf_counter() - start}
-    print(f"# total benchmark time {record['total_seconds']:.1f}s")
+    log(f"# total benchmark time {record['total_seconds']:.1f}s")
     write_record(record, out)
     return record
 

@@ -41,11 +41,8 @@ Arms (every RRVM and RVM fit with the same ``--tol`` and ``--max-sweeps``)
     ``--seed``). The RRVM's "model training" time is one default ``CAVI.run`` at its chosen width.
 
 Tolerance: ``--tol 1e-6`` (relative ELBO change), the same for every RRVM and RVM fit, with
-``--max-sweeps 3000``. Measured on biopsy (all 410 training points, 10% flipped): at tol 1e-6 the
-fits stop after 160-280 sweeps, 1-1.5 nats below the ELBO they reach at 1e-7 (which takes 480-880
-sweeps; 1e-8 more than 3000), so 1e-7 would make every RRVM arm three times longer. Adjacent widths
-near the best differ by 0.1-1 nat, so the chosen width may move by one grid step with the
-tolerance.
+``--max-sweeps 3000``: a tighter tolerance makes every arm several times longer, and the chosen
+width can move by one grid step with it (benchmarks/README.md, notes).
 
 Compilation: the loops and the CV compile on their first fits (and on pruning's new bucket
 sizes); ``jax.monitoring`` reports every compilation and its duration is subtracted to give
@@ -53,14 +50,12 @@ sizes); ``jax.monitoring`` reports every compilation and its duration is subtrac
 compiled, and that wall time is recorded as well. Times are wall clock in one process; CPU times
 (all threads) are in the JSON. OpenBLAS runs on one thread (``--blas-threads``): jaxlib's CPU
 Cholesky and triangular solves call scipy's OpenBLAS, whose thread pool otherwise competes with
-XLA's and makes a small dense triangular solve 100 times slower at random (measured on 2 cores:
-15-30 ms instead of 0.1 ms for 101 x 101), which hits the vmapped grid hardest (one solve per
-lane per sweep).
+XLA's and makes a small dense triangular solve many times slower at random, which hits the
+vmapped grid hardest (one solve per lane per sweep).
 
-Sizes. A sweep of the RRVM costs O(N M^2 + M^3) with M = N + 1 (about 3 GFlop at N = 750, 0.1 s
-on 2 cores), and a fit at tol 1e-6 takes 150-400 sweeps, so the five arms on all 750 training
-points of Ripley would take about an hour on a 2-core machine (arm (a) alone runs 20 lanes for as
-many sweeps as the slowest width needs, twice). The default sizes are 100, 200 and 400 training
+Sizes. A sweep of the RRVM costs O(N M^2 + M^3) with M = N + 1, and a fit takes hundreds of
+sweeps, so the five arms on all 750 training points of Ripley take long (arm (a) alone runs 20
+lanes for as many sweeps as the slowest width needs, twice). The default sizes are 100, 200 and 400 training
 points (biopsy's 410 in full: a size within 10% of the training set runs on all of it). Where the
 full size is not run, each arm's time is extrapolated to it with a log-log fit over the sizes
 (marked '*', not measured), and at the full N the benchmark measures what is cheap: the cost of
@@ -82,25 +77,24 @@ selection and model training seconds). A JSON record goes to
 
 Usage::
 
-    python benchmarks/robust_rvm.py --quick          # smoke run: 40 and 80 training points, 4 widths (< 1 min)
-    python benchmarks/robust_rvm.py | tee benchmarks/results/robust_rvm_cpu.log
+    python benchmarks/robust_rvm.py --quick          # smoke run: 40 and 80 training points, 4 widths
+    python benchmarks/robust_rvm.py                  # benchmarks/results/robust_rvm_cpu.json
     python benchmarks/robust_rvm.py --datasets biopsy --sizes 100 200 0 --tol 1e-7
 """
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 import sys
 import time
 import warnings
 
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from benchmarks.timing import environment  # noqa: E402
+from benchmarks.timing import (CompileClock, Timer, environment, fmt, load_average, log, loglog_predict,  # noqa: E402
+                               run_chained, set_blas_threads, write_record)
+
 DATASETS = ("ripley", "biopsy")
 
 
@@ -141,54 +135,6 @@ def stratified_folds(t, k, seed):
     from sklearn.model_selection import StratifiedKFold
 
     return [(tr, va) for tr, va in StratifiedKFold(k, shuffle=True, random_state=seed).split(np.zeros(len(t)), t)]
-
-
-class CompileClock:
-    """Running totals of the compilation time (tracing, lowering, XLA) and of the XLA compilations
-    that ``jax.monitoring`` reports; :class:`Timer` reads the difference over a block, so timers
-    may nest."""
-
-    EVENTS = {
-        "/jax/core/compile/jaxpr_trace_duration": "trace",
-        "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
-        "/jax/core/compile/backend_compile_duration": "xla",
-    }
-
-    def __init__(self):
-        import jax.monitoring
-
-        self.seconds = 0.0
-        self.count = 0
-        jax.monitoring.register_event_duration_secs_listener(self._listen)
-
-    def _listen(self, event, duration, **kwargs):
-        kind = self.EVENTS.get(event)
-        if kind is not None:
-            self.seconds += float(duration)
-            self.count += kind == "xla"
-
-
-class Timer:
-    """Wall and process CPU time of a block, and the compilation time reported during it."""
-
-    def __init__(self, clock):
-        self.clock = clock
-
-    def __enter__(self):
-        self._compile, self._count = self.clock.seconds, self.clock.count
-        self._wall, self._cpu = time.perf_counter(), time.process_time()
-        return self
-
-    def __exit__(self, *exc):
-        self.wall = time.perf_counter() - self._wall
-        self.cpu = time.process_time() - self._cpu
-        self.compile = self.clock.seconds - self._compile
-        self.compilations = self.clock.count - self._count
-        return False
-
-    def record(self):
-        return {"seconds_incl_jit": self.wall, "seconds_excl_jit": self.wall - self.compile,
-                "compile_seconds": self.compile, "compilations": self.compilations, "cpu_seconds": self.cpu}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -242,7 +188,8 @@ def rrvm_loop_pruned(designs, t, *, tol, max_sweeps, clock, repeat):
             with Timer(clock) as one:
                 res = cavi.run(Phi, t)
             results.append(res)
-            per_width.append({**one.record(), "elbo": float(res.elbo), "num_sweeps": int(res.num_sweeps),
+            per_width.append({"seconds_excl_jit": one.wall - one.compile, "elbo": float(res.elbo),
+                              "num_sweeps": int(res.num_sweeps),
                               "converged": bool(res.converged), "num_prunes": len(res.prune_events),
                               "num_active_at_end": int(_num_active(res.state)),
                               "relevant": int(np.sum(res.relevant))})
@@ -252,8 +199,8 @@ def rrvm_loop_pruned(designs, t, *, tol, max_sweeps, clock, repeat):
             for Phi, r in zip(designs, results):
                 res = cavi.run(Phi, t)
                 if res.num_sweeps != r.num_sweeps or not np.isclose(res.elbo, r.elbo, rtol=1e-12, atol=0):
-                    print(f"  [warn] repeated CAVI run differs: {r.num_sweeps} vs {res.num_sweeps} sweeps, "
-                          f"ELBO {r.elbo!r} vs {res.elbo!r}", flush=True)
+                    log(f"  [warn] repeated CAVI run differs: {r.num_sweeps} vs {res.num_sweeps} sweeps, "
+                        f"ELBO {r.elbo!r} vs {res.elbo!r}")
         rec["second_loop"] = {"seconds": again.wall, "cpu_seconds": again.cpu, "compile_seconds": again.compile,
                               "compilations": again.compilations}
     return rec, results
@@ -287,7 +234,7 @@ def rrvm_loop_fit(designs, t, *, tol, max_sweeps, clock, repeat):
             with Timer(clock) as tm:
                 _, elbo, sweeps, converged = one(Phi)
             outs.append((float(elbo), int(sweeps)))
-            per_width.append({**tm.record(), "elbo": float(elbo), "num_sweeps": int(sweeps),
+            per_width.append({"seconds_excl_jit": tm.wall - tm.compile, "elbo": float(elbo), "num_sweeps": int(sweeps),
                               "converged": bool(converged)})
     rec = {"loop": total.record(), "per_width": per_width}
     if repeat:
@@ -295,7 +242,7 @@ def rrvm_loop_fit(designs, t, *, tol, max_sweeps, clock, repeat):
             for Phi, (elbo, sweeps) in zip(designs, outs):
                 _, e2, s2, _ = one(Phi)
                 if int(s2) != sweeps or float(e2) != elbo:
-                    print(f"  [warn] repeated jitted fit differs: {sweeps} vs {int(s2)} sweeps", flush=True)
+                    log(f"  [warn] repeated jitted fit differs: {sweeps} vs {int(s2)} sweeps")
         rec["second_loop"] = {"seconds": again.wall, "cpu_seconds": again.cpu, "compile_seconds": again.compile,
                               "compilations": again.compilations}
     return rec
@@ -331,8 +278,7 @@ def rvm_cv(X, t, deltas, folds, *, tol, max_sweeps, clock):
         "selection": cv.record(),
         "fits": len(deltas) * len(folds),
         "cv_error": mean_error.tolist(),
-        "cv_error_per_fold": errors.tolist(),
-        "cv_sweeps": sweeps.tolist(),
+        "cv_sweeps": int(sweeps.sum()),
         "cv_unconverged": int(unconverged),
         "chosen_index": best,
         "chosen_delta": float(deltas[best]),
@@ -350,19 +296,19 @@ def svc_cv(X, t, deltas, Cs, folds):
     from sklearn.svm import SVC
 
     search = GridSearchCV(SVC(kernel="rbf"), {"C": list(Cs), "gamma": list(deltas)}, cv=folds, refit=True)
-    wall, cpu = time.perf_counter(), time.process_time()
-    search.fit(X, t)
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    with Timer() as tm:
+        search.fit(X, t)
     best = search.best_params_
     scores = np.asarray(search.cv_results_["mean_test_score"]).reshape(len(Cs), len(deltas))
     return {
-        "search_seconds": wall,
-        "cpu_seconds": cpu,
-        "selection_seconds": wall - float(search.refit_time_),
+        "search_seconds": tm.wall,
+        "cpu_seconds": tm.cpu,
+        "selection_seconds": tm.wall - float(search.refit_time_),
         "training_seconds": float(search.refit_time_),
         "fits": len(Cs) * len(deltas) * len(folds),
         "C_grid": list(map(float, Cs)),
-        "cv_error": (1.0 - scores).tolist(),
+        # the CV error over the widths at the chosen C (the grid over C as well is not kept)
+        "cv_error_at_chosen_C": (1.0 - scores[list(Cs).index(best["C"])]).tolist(),
         "chosen_C": float(best["C"]),
         "chosen_delta": float(best["gamma"]),
         "chosen_index": int(np.argmin(np.abs(np.asarray(deltas) - best["gamma"]))),
@@ -389,38 +335,34 @@ def run_dataset(name, n, args, clock):
     t = d.t_train
     row = {"data": name, "description": d.description, "n_train": int(N), "n_test": int(len(d.t_test)),
            "inputs": int(dims), "m": int(designs[0].shape[1]), "deltas": deltas}
-    print(f"\n== {name}: N = {N} training ({args.label_noise:.0%} of the labels flipped), {len(d.t_test)} test, "
-          f"{dims} inputs, M = {designs[0].shape[1]}; {len(deltas)} widths delta = {deltas[0]:.4g} .. {deltas[-1]:.4g}",
-          flush=True)
+    log(f"\n== {name}: N = {N} training ({args.label_noise:.0%} of the labels flipped), {len(d.t_test)} test, "
+        f"{dims} inputs, M = {designs[0].shape[1]}; {len(deltas)} widths delta = {deltas[0]:.4g} .. {deltas[-1]:.4g}")
 
     # (a) the grid in one compiled call (fit_grid's default batching for the backend), and (a2) all
     # widths side by side (every lane vmapped), for comparison
     a, grid = rrvm_vmapped(designs, t, names, tol=args.tol, max_sweeps=args.max_sweeps, clock=clock)
-    print(f"  (a) RRVM fit_grid (default)   : {a['first_call']['seconds_incl_jit']:.2f}s first call "
-          f"({a['first_call']['compile_seconds']:.2f}s compiling), {a['second_call']['seconds']:.2f}s second call; "
-          f"lanes: max {a['lane_sweeps_max']} sweeps, sum {a['lane_sweeps_sum']}, utilisation {a['lane_utilisation']:.2f}",
-          flush=True)
+    log(f"  (a) RRVM fit_grid (default)   : {a['first_call']['seconds_incl_jit']:.2f}s first call "
+        f"({a['first_call']['compile_seconds']:.2f}s compiling), {a['second_call']['seconds']:.2f}s second call; "
+        f"lanes: max {a['lane_sweeps_max']} sweeps, sum {a['lane_sweeps_sum']}, utilisation {a['lane_utilisation']:.2f}")
     a2 = None
     if args.all_lanes:
         a2, _ = rrvm_vmapped(designs, t, names, tol=args.tol, max_sweeps=args.max_sweeps, clock=clock,
                              batch_size=len(designs))
-        print(f"  (a2) fit_grid, all vmapped    : {a2['first_call']['seconds_incl_jit']:.2f}s first call "
-              f"({a2['first_call']['compile_seconds']:.2f}s compiling), {a2['second_call']['seconds']:.2f}s second call",
-              flush=True)
+        log(f"  (a2) fit_grid, all vmapped    : {a2['first_call']['seconds_incl_jit']:.2f}s first call "
+            f"({a2['first_call']['compile_seconds']:.2f}s compiling), {a2['second_call']['seconds']:.2f}s second call")
     # (b) the default loop
     b, pruned = rrvm_loop_pruned(designs, t, tol=args.tol, max_sweeps=args.max_sweeps, clock=clock,
                                  repeat=args.repeat_loops)
     second = f", {b['second_loop']['seconds']:.2f}s second loop" if "second_loop" in b else ""
-    print(f"  (b) RRVM loop CAVI.run pruned : {b['loop']['seconds_incl_jit']:.2f}s incl. jit, "
-          f"{b['loop']['seconds_excl_jit']:.2f}s excl. ({b['loop']['compile_seconds']:.2f}s compiling "
-          f"{b['loop']['compilations']} functions){second}; sweeps sum "
-          f"{sum(w['num_sweeps'] for w in b['per_width'])}", flush=True)
+    log(f"  (b) RRVM loop CAVI.run pruned : {b['loop']['seconds_incl_jit']:.2f}s incl. jit, "
+        f"{b['loop']['seconds_excl_jit']:.2f}s excl. ({b['loop']['compile_seconds']:.2f}s compiling "
+        f"{b['loop']['compilations']} functions){second}; sweeps sum "
+        f"{sum(w['num_sweeps'] for w in b['per_width'])}")
     # (c) the loop of the jitted fit
     c = rrvm_loop_fit(designs, t, tol=args.tol, max_sweeps=args.max_sweeps, clock=clock, repeat=args.repeat_loops)
     second = f", {c['second_loop']['seconds']:.2f}s second loop" if "second_loop" in c else ""
-    print(f"  (c) RRVM loop jitted fit      : {c['loop']['seconds_incl_jit']:.2f}s incl. jit, "
-          f"{c['loop']['seconds_excl_jit']:.2f}s excl. ({c['loop']['compile_seconds']:.2f}s compiling){second}",
-          flush=True)
+    log(f"  (c) RRVM loop jitted fit      : {c['loop']['seconds_incl_jit']:.2f}s incl. jit, "
+        f"{c['loop']['seconds_excl_jit']:.2f}s excl. ({c['loop']['compile_seconds']:.2f}s compiling){second}")
 
     # per width: ELBO, sweeps, test error; (a) against (c)
     per_width = []
@@ -458,23 +400,23 @@ def run_dataset(name, n, args, clock):
         "relevant": int(np.sum(final.relevant)),
         "all_converged": all(w["vmapped"]["converged"] for w in per_width),
     }
-    print(f"  RRVM chosen by ELBO: delta = {deltas[chosen]:.4g} (loop (b): {deltas[chosen_pruned]:.4g}); test error "
-          f"{rrvm['test_error']:.4f}; (a) = (c): sweeps equal {agreement['sweeps_equal']}, max rel. ELBO difference "
-          f"{agreement['max_relative_elbo_difference']:.2e}", flush=True)
+    log(f"  RRVM chosen by ELBO: delta = {deltas[chosen]:.4g} (loop (b): {deltas[chosen_pruned]:.4g}); test error "
+        f"{rrvm['test_error']:.4f}; (a) = (c): sweeps equal {agreement['sweeps_equal']}, max rel. ELBO difference "
+        f"{agreement['max_relative_elbo_difference']:.2e}")
 
     # (d), (e) cross-validation on the same folds
     folds = stratified_folds(t, args.folds, args.seed)
     dv, rvm_res = rvm_cv(d.X_train, t, deltas, folds, tol=args.tol, max_sweeps=args.max_sweeps, clock=clock)
     dv["test_error"] = error_rate(rvm_res.predict(basis.rbf(d.X_test, d.X_train, delta=dv["chosen_delta"], bias=True)),
                                   d.t_test)
-    print(f"  (d) RVM 5-fold CV             : {dv['selection']['seconds_incl_jit']:.2f}s incl. jit, "
-          f"{dv['selection']['seconds_excl_jit']:.2f}s excl. ({dv['fits']} fits, {dv['cv_unconverged']} unconverged); "
-          f"refit {dv['training']['seconds_excl_jit']:.2f}s excl. jit; delta = {dv['chosen_delta']:.4g}; "
-          f"test error {dv['test_error']:.4f}", flush=True)
+    log(f"  (d) RVM 5-fold CV             : {dv['selection']['seconds_incl_jit']:.2f}s incl. jit, "
+        f"{dv['selection']['seconds_excl_jit']:.2f}s excl. ({dv['fits']} fits, {dv['cv_unconverged']} unconverged); "
+        f"refit {dv['training']['seconds_excl_jit']:.2f}s excl. jit; delta = {dv['chosen_delta']:.4g}; "
+        f"test error {dv['test_error']:.4f}")
     e = run_svc(d, deltas, args, folds)
-    print(f"  (e) SVC GridSearchCV 5-fold   : {e['selection_seconds']:.2f}s selection ({e['fits']} fits), "
-          f"{e['training_seconds']:.3f}s refit; C = {e['chosen_C']:g}, gamma = {e['chosen_delta']:.4g}; "
-          f"test error {e['test_error']:.4f}", flush=True)
+    log(f"  (e) SVC GridSearchCV 5-fold   : {e['selection_seconds']:.2f}s selection ({e['fits']} fits), "
+        f"{e['training_seconds']:.3f}s refit; C = {e['chosen_C']:g}, gamma = {e['chosen_delta']:.4g}; "
+        f"test error {e['test_error']:.4f}")
 
     vm = a["second_call"]["seconds"]
     ratios = {
@@ -530,15 +472,11 @@ def probe_full(name, args, clock):
 
     def timed(sweep, state, data):
         with Timer(clock) as first:
-            state, value = jax.block_until_ready(sweep(state, data))
-        for _ in range(2):
-            state, value = sweep(state, data)
-        jax.block_until_ready(state)
-        wall, cpu = time.perf_counter(), time.process_time()
-        for _ in range(k):
-            state, value = sweep(state, data)
-        jax.block_until_ready((state, value))
-        return {"seconds_per_sweep": (time.perf_counter() - wall) / k, "cpu_per_sweep": (time.process_time() - cpu) / k,
+            state, value = run_chained(sweep, state, data, 1)
+        state, value = run_chained(sweep, state, data, 2)
+        with Timer() as tm:
+            state, value = run_chained(sweep, state, data, k)
+        return {"seconds_per_sweep": tm.wall / k, "cpu_per_sweep": tm.cpu / k,
                 "first_call": first.record(), "finite": bool(np.all(np.isfinite(np.asarray(value))))}
 
     single = _compiled_sweep(g)
@@ -551,10 +489,10 @@ def probe_full(name, args, clock):
     e = run_svc(d, deltas, args)
     rec = {"n_train": int(N), "m": int(N + 1), "lanes": len(deltas), "sweeps_timed": k, "single": one, "vmapped": lanes,
            "lane_over_single": lanes["seconds_per_lane_sweep"] / one["seconds_per_sweep"], "svc": e}
-    print(f"  full size N = {N}: one sweep {1e3 * one['seconds_per_sweep']:.1f} ms (single fit), vmapped sweep of "
-          f"{len(deltas)} lanes {1e3 * lanes['seconds_per_sweep']:.1f} ms = {1e3 * lanes['seconds_per_lane_sweep']:.1f} ms "
-          f"per lane ({rec['lane_over_single']:.2f} x single); SVC search {e['selection_seconds']:.2f}s + refit "
-          f"{e['training_seconds']:.3f}s, test error {e['test_error']:.4f}", flush=True)
+    log(f"  full size N = {N}: one sweep {1e3 * one['seconds_per_sweep']:.1f} ms (single fit), vmapped sweep of "
+        f"{len(deltas)} lanes {1e3 * lanes['seconds_per_sweep']:.1f} ms = {1e3 * lanes['seconds_per_lane_sweep']:.1f} ms "
+        f"per lane ({rec['lane_over_single']:.2f} x single); SVC search {e['selection_seconds']:.2f}s + refit "
+        f"{e['training_seconds']:.3f}s, test error {e['test_error']:.4f}")
     return rec
 
 
@@ -573,17 +511,6 @@ ARM_TIMES = {
 }
 
 
-def extrapolate(sizes, seconds, n):
-    """Log-log least-squares fit of time against N: (seconds at n, slope), or None."""
-    import numpy as np
-
-    pts = [(s, x) for s, x in zip(sizes, seconds) if x is not None and x > 0 and math.isfinite(x)]
-    if len(pts) < 2 or len({p[0] for p in pts}) < 2:
-        return None
-    slope, icept = np.polyfit(np.log([p[0] for p in pts]), np.log([p[1] for p in pts]), 1)
-    return float(np.exp(icept + slope * math.log(n))), float(slope)
-
-
 def full_size_estimates(rows, n_full, probe=None):
     """Per arm: measured at the full size if a row has it, else extrapolated from the smaller ones
     (log-log fit). With a full-size probe, SVC's search is measured, and the RRVM arms (a) and (c)
@@ -596,7 +523,7 @@ def full_size_estimates(rows, n_full, probe=None):
         if n_full in measured:
             out[arm] = {"seconds": get(measured[n_full]), "extrapolated": False, "method": "measured"}
             continue
-        ex = extrapolate([r["n_train"] for r in small], [get(r) for r in small], n_full)
+        ex = loglog_predict([r["n_train"] for r in small], [get(r) for r in small], n_full)
         out[arm] = None if ex is None else {"seconds": ex[0], "extrapolated": True, "method": "loglog",
                                             "loglog_slope": ex[1], "from_sizes": [r["n_train"] for r in small]}
     if probe is not None and n_full not in measured and small:
@@ -628,12 +555,6 @@ def same_method_ratio(num, den):
 # ----------------------------------------------------------------------------------------------
 # Reporting
 # ----------------------------------------------------------------------------------------------
-def fmt(x, spec=".2f", none="-"):
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return none
-    return format(x, spec)
-
-
 def row_table(r, args):
     a, b, c, dv, e = r["vmapped"], r["loop_pruned"], r["loop_fit"], r["rvm"], r["svc"]
     lines = [f"{r['data']}: N = {r['n_train']}, M = {r['m']}, {len(r['deltas'])} widths, tol = {args.tol:g}, "
@@ -663,7 +584,7 @@ def row_table(r, args):
                  f"{sum(w['loop_fit']['num_sweeps'] for w in pw):>7} {rr['chosen_delta']:>8.4g} {rr['test_error']:>8.4f}")
     lines.append(f"{'(d) RVM 5-fold CV, CAVI.run pruned':<34} {dv['selection']['seconds_incl_jit']:>9.2f} "
                  f"{dv['selection']['seconds_excl_jit']:>9.2f} {'-':>8} {dv['fits']:>5} "
-                 f"{sum(map(sum, dv['cv_sweeps'])):>7} {dv['chosen_delta']:>8.4g} {dv['test_error']:>8.4f}")
+                 f"{dv['cv_sweeps']:>7} {dv['chosen_delta']:>8.4g} {dv['test_error']:>8.4f}")
     lines.append(f"{'(e) SVC GridSearchCV 5-fold':<34} {e['selection_seconds']:>9.2f} {e['selection_seconds']:>9.2f} "
                  f"{'-':>8} {e['fits']:>5} {'-':>7} {e['chosen_delta']:>8.4g} {e['test_error']:>8.4f}")
     x = r["ratios"]
@@ -683,7 +604,7 @@ def row_table(r, args):
     head = (f"{'delta':>8} | {'ELBO (a)':>11} {'sw (a)':>6} {'sw (b)':>6} {'act (b)':>7} {'(a)-(c)':>8} | "
             f"{'err (a)':>7} {'err (b)':>7} | {'s (b)':>6} {'s (c)':>6} | {'RVM cv':>6} {'SVC cv':>6}")
     lines += [head, "-" * len(head)]
-    svc_at_c = e["cv_error"][[float(v) for v in e["C_grid"]].index(e["chosen_C"])]
+    svc_at_c = e["cv_error_at_chosen_C"]
     for i, w in enumerate(pw):
         mark = "*" if i == rr["chosen_index"] else " "
         diff = abs(w["vmapped"]["elbo"] - w["loop_fit"]["elbo"]) / abs(w["loop_fit"]["elbo"])
@@ -754,7 +675,7 @@ def print_table(rows, full, args):
         "  Training (Table 3): one default CAVI.run at the chosen width (RRVM, RVM), SVC's refit_time_.",
     ]
     text = "\n".join(lines)
-    print(text, flush=True)
+    log(text)
     return text
 
 
@@ -789,8 +710,7 @@ def parse_args(argv=None):
     p.add_argument("--blas-threads", type=int, default=1,
                    help="OPENBLAS_NUM_THREADS, set before numpy and jax are imported (default 1; 0: leave it as it "
                         "is). jaxlib's CPU LAPACK calls (Cholesky, triangular solves) run in scipy's OpenBLAS, whose "
-                        "own thread pool competes with XLA's: on a 2-core machine a 101 x 101 triangular solve with a "
-                        "dense right-hand side then takes 15-30 ms instead of 0.1 ms, unpredictably")
+                        "own thread pool competes with XLA's and slows small triangular solves down unpredictably")
     p.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                    help="skip the tiny warm-up (one-off eager compilations then count to the first data set)")
     p.add_argument("--quick", action="store_true",
@@ -822,21 +742,18 @@ def warm_up(args, clock):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.blas_threads > 0:
-        if "numpy" in sys.modules or "jax" in sys.modules:
-            raise RuntimeError("--blas-threads must be applied before numpy and jax are imported")
-        os.environ["OPENBLAS_NUM_THREADS"] = str(args.blas_threads)
+    set_blas_threads(args.blas_threads)
     import ppl_sbl  # noqa: F401  (float64 on)
 
     clock = CompileClock()
     env = environment("sklearn")
-    print(f"# ppl-sbl robust RVM benchmark  {env['date']}  host={env['hostname']}  backend={env['jax_backend']} "
-          f"devices={env['jax_devices']}  cpus={env['cpu_count']}  load={env['load_average']}", flush=True)
-    print(f"# versions {env['versions']}", flush=True)
-    print(f"# datasets={args.datasets} sizes={args.sizes} widths={args.widths} (delta = s / inputs, s in "
-          f"geomspace({args.s_min}, {args.s_max})) label_noise={args.label_noise} tol={args.tol} "
-          f"max_sweeps={args.max_sweeps} C={args.svc_C} quick={args.quick} "
-          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}", flush=True)
+    log(f"# ppl-sbl robust RVM benchmark  {env['date']}  host={env['hostname']}  backend={env['jax_backend']} "
+        f"devices={env['jax_devices']}  cpus={env['cpu_count']}  load={env['load_average']}")
+    log(f"# versions {env['versions']}")
+    log(f"# datasets={args.datasets} sizes={args.sizes} widths={args.widths} (delta = s / inputs, s in "
+        f"geomspace({args.s_min}, {args.s_max})) label_noise={args.label_noise} tol={args.tol} "
+        f"max_sweeps={args.max_sweeps} C={args.svc_C} quick={args.quick} "
+        f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}")
     if args.warm_up:
         warm_up(args, clock)
 
@@ -844,7 +761,6 @@ def main(argv=None):
     if out is None:
         suffix = env["jax_backend"] + ("_quick" if args.quick else "")
         out = os.path.join(HERE, "results", f"robust_rvm_{suffix}.json")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     base = {
         "benchmark": "robust RVM width selection by ELBO (fit_grid in one call vs loops) against RVM and SVC "
                      "5-fold CV; Ripley pooled and MASS biopsy, 60/40 split, flipped training labels",
@@ -854,10 +770,8 @@ def main(argv=None):
         "args": vars(args),
     }
 
-    def save(extra):
-        # written after every size, so that a run cut short still leaves its record
-        with open(out, "w") as fh:
-            json.dump({**base, **extra}, fh, indent=1, default=float)
+    def save(extra, announce=False):  # after every size too: a run cut short leaves its record
+        write_record({**base, **extra}, out, announce=announce)
 
     rows, full = [], {}
     t_all = time.perf_counter()
@@ -875,15 +789,15 @@ def main(argv=None):
         full[name]["estimates"] = full_size_estimates(mine, n_full, full[name].get("probe"))
         save({"rows": rows, "full_size": full, "partial": True})
 
-    print("", flush=True)
+    log("")
     table = print_table(rows, full, args)
     goal_met = all(r["goal_met"] for r in rows)
     worst = max(max(r["ratios"]["vmapped_over_loop_pruned"], r["ratios"]["vmapped_over_loop_fit"]) for r in rows)
     backend = env["jax_backend"]
     missed = [f"{r['data']} N={r['n_train']}" for r in rows if not r["goal_met"]]
-    print(f"\n# goal (fit_grid in one call no slower than the loops over the same widths, excl. jit, {backend}): "
-          + ("met at every size" if goal_met else "NOT met at " + ", ".join(missed))
-          + f"; worst ratio fit_grid / loop {worst:.2f}", flush=True)
+    log(f"\n# goal (fit_grid in one call no slower than the loops over the same widths, excl. jit, {backend}): "
+        + ("met at every size" if goal_met else "NOT met at " + ", ".join(missed))
+        + f"; worst ratio fit_grid / loop {worst:.2f}")
     marks = {"loglog": "*", "probe": "+", "measured": ""}
     for name, f in full.items():
         est = f["estimates"]
@@ -894,15 +808,14 @@ def main(argv=None):
                           ("RVM CV", "rvm_cv"), ("SVC CV", "svc_cv")])
         # ratios of estimates made the same way (the pruned loop has no probe-based estimate)
         f["vmapped_over_loops"] = {arm: same_method_ratio(est["vmapped"], est[arm]) for arm in ("loop_pruned", "loop_fit")}
-        print(f"#   {name} at the full N = {f['n_full']}: {text}; fit_grid / loop (b) "
-              f"{fmt(f['vmapped_over_loops']['loop_pruned'])}, / loop (c) {fmt(f['vmapped_over_loops']['loop_fit'])} "
-              "(each ratio of two estimates made the same way)", flush=True)
+        log(f"#   {name} at the full N = {f['n_full']}: {text}; fit_grid / loop (b) "
+            f"{fmt(f['vmapped_over_loops']['loop_pruned'])}, / loop (c) {fmt(f['vmapped_over_loops']['loop_fit'])} "
+            "(each ratio of two estimates made the same way)")
     total = time.perf_counter() - t_all
-    env["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    print(f"# total benchmark time {total:.1f}s", flush=True)
+    env["load_average_end"] = load_average()
+    log(f"# total benchmark time {total:.1f}s")
     save({"rows": rows, "full_size": full, "partial": False, "goal_met": goal_met, "worst_ratio": worst,
-          "table": table, "total_seconds": total})
-    print(f"# wrote {out}", flush=True)
+          "table": table, "total_seconds": total}, announce=True)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """Benchmark: relevance vector fits against compiled peers, above all fastrvm's C++ SparseBayes.
 
 Not a test (``tests/test_benchmarks_rvm.py`` runs ``--quick``). Every peer fits the same design in this
-one process, and the peers are interleaved: at each size a first, untimed "warm" call of every peer
-(its wall time recorded apart as ``first_call_seconds``, with the JAX compilation it included), then
-``--rounds`` rounds, round r calling every peer once in a fixed order before round r + 1 starts, so
-that all peers see the same state of a shared machine. Times are the median and the minimum over
-the rounds; ratios are a peer's median (minimum) over fastrvm's median (minimum).
+one process, and the peers are interleaved (:func:`benchmarks.timing.time_peers`): at each size a
+first "warm" call of every peer (its wall time recorded apart as ``first_call_seconds``, with the
+JAX compilation it included), then ``--rounds`` rounds, round r calling every peer once in a fixed
+order before round r + 1 starts, so that all peers see the same state of a shared machine. Times
+are the median and the minimum over the rounds; ratios are a peer's median (minimum) over
+fastrvm's median (minimum).
 
 Regression (default): the noisy sinc (``datasets.sinc(n_train=N, n_test=600, seed=0)``), design
 ``basis.rbf(X, delta=5.55, bias=True)`` (the bias column first, M = N + 1), RMSE on the 600
@@ -36,12 +37,11 @@ noiseless test targets. Peers, in this order:
     scikit-learn ``ARDRegression()`` (default settings) on Phi.
 
 The peers are the dictionaries :func:`regression_peers` and :func:`classification_peers`, name ->
-:class:`Peer` (a fit and a function that describes its result): adding a peer is one entry, and
+:class:`benchmarks.timing.Peer` (a fit and a function that describes its result): adding a peer is one entry, and
 every peer gets a ``--skip-<name>-above N`` option.
 
 Slow peers. ``--skip-<name>-above N`` skips a peer at sizes above N (defaults: ``ard`` above 300,
-where it takes about 500 s at N = 1000; ``cavi`` above 5000; ``sequential_sbl_exact`` above
-2000); its time there is extrapolated by a log-log fit over the sizes where it ran (slope 3, the
+``cavi`` above 5000, ``sequential_sbl_exact`` above 2000); its time there is extrapolated by a log-log fit over the sizes where it ran (slope 3, the
 dense solve's, assumed where it ran at one size only) and marked '*', not measured. A peer whose
 warm call takes more than ``--cap`` seconds (default 120) is called no more at that size: its time
 there is that one call less the JAX compilation it included (marked '~').
@@ -53,32 +53,32 @@ columns with fastrvm's (the size of the intersection and the symmetric differenc
 numbering), L of both type-II fits and the ELBO of the sweep.
 
 Classification (``--classification``): Ripley's synthetic data, RBF width delta = 4.0 (Tipping's
-width 0.5, ``ppl_sbl.cli._DEFAULT_DELTA``) and a bias, on ``ripley`` (``datasets.ripley()``: 250
+width 0.5, as the ``ppl-sbl`` command's default) and a bias, on ``ripley`` (``datasets.ripley()``: 250
 training and 1000 test points) and ``ripley_pooled`` (``datasets.ripley_pooled()``'s 1250 points
 split 60/40 at random, seed 0, clean labels, inputs as they are: 750 training and 500 test
 points). Peers: ``fastrvm.RVC(kernel="precomputed", fit_intercept=True)`` (the same column
 mapping), ``CAVI(rvm.classification)`` with the fast schedule and with the sweep, and
 ``CAVI(robust_rvm.classification)`` with both; test error in
-percentage points (P(t = 1) > 0.5, fastrvm: logit > 0). On ``ripley_pooled`` our sweeps take
-minutes per fit, so the cap leaves them one call each.
+percentage points (P(t = 1) > 0.5, fastrvm: logit > 0). Where the sweeps take longer than the cap
+per fit, they are called once each.
 
 Usage::
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/rvm.py | tee benchmarks/results/rvm_cpu.log
+    python benchmarks/rvm.py                                      # benchmarks/results/rvm_cpu.json
     python benchmarks/rvm.py --sizes 100 300 1000 --out /tmp/rvm.json
-    python benchmarks/rvm.py --classification | tee benchmarks/results/rvm_classification_cpu.log
+    python benchmarks/rvm.py --classification                     # rvm_classification_cpu.json
     python benchmarks/rvm.py --classification --datasets ripley --out /tmp/rvm_c.json
     python benchmarks/rvm.py --quick --out /tmp/q.json                  # N = 50, 100 (seconds)
     python benchmarks/rvm.py --classification --quick --out /tmp/qc.json  # 100 Ripley points
 
 Records: ``benchmarks/results/rvm_<backend>.json`` and ``rvm_classification_<backend>.json``
-(``_quick`` before ``.json`` with ``--quick``), or ``--out``.
+(``_quick`` before ``.json`` with ``--quick``), or ``--out``; per peer and size the median and
+minimum time, not the rounds' samples.
 """
 from __future__ import annotations
 
 import argparse
 import collections
-import json
 import math
 import os
 import sys
@@ -88,8 +88,8 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from benchmarks.timing import environment, loglog_fit, write_record  # noqa: E402
-from benchmarks.robust_rvm import CompileClock, Timer  # noqa: E402
+from benchmarks.timing import (CompileClock, Peer, environment, fmt, log, loglog_predict, set_blas_threads,  # noqa: E402
+                               time_peers, write_record)
 
 REFERENCE = "fastrvm"
 DELTA = 5.55
@@ -99,17 +99,6 @@ EXACT_TOL = 1e-13
 L_GOAL_NATS = 0.1
 SKIP_ABOVE = {"sequential_sbl_exact": 2000, "cavi": 5000, "ard": 300}
 CLASSIFICATION_DATA = ("ripley", "ripley_pooled")
-
-Peer = collections.namedtuple("Peer", "fit describe")
-Peer.__doc__ = """A peer of the benchmark.
-
-Attributes
-----------
-fit : callable
-    ``fit(problem)`` -> a fitted result; the call that is timed.
-describe : callable
-    ``describe(result, problem)`` -> dict of the record's fields (predictions, counts, bounds), untimed.
-"""
 
 Problem = collections.namedtuple("Problem", "name X t X_test t_test Phi Phi_test K")
 Problem.__doc__ = """One data set and its design.
@@ -354,69 +343,8 @@ def classification_peers():
 
 
 # ----------------------------------------------------------------------------------------------
-# Timing
+# Extrapolation, ratios and the type-II comparison
 # ----------------------------------------------------------------------------------------------
-def time_peers(peers, problem, *, rounds, cap, skip, clock):
-    """Time ``peers`` on ``problem``, interleaved, and describe their last fits.
-
-    Parameters
-    ----------
-    peers : dict
-        name -> :class:`Peer`; called in this order in every round.
-    problem : Problem
-    rounds : int
-        Timed rounds after the warm call.
-    cap : float
-        A peer whose warm call takes longer (seconds) is not called again: its time is that call
-        less the compilation it included.
-    skip : set of str
-        Peers not run (their time is extrapolated later).
-    clock : CompileClock
-        Counts JAX's compilation time.
-
-    Returns
-    -------
-    dict
-        name -> record: ``status`` ("measured", "capped", "skipped" or "failed": the warm call raised,
-        ``error`` says what), ``seconds`` (median),
-        ``min_seconds``, ``round_seconds``, ``first_call_seconds``, ``first_call_compile_seconds``
-        and the fields of the peer's ``describe``.
-    """
-    import numpy as np
-
-    out, last, timed = {}, {}, []
-    for name, peer in peers.items():  # the warm round
-        if name in skip:
-            out[name] = {"status": "skipped"}
-            continue
-        try:
-            with Timer(clock) as first:
-                last[name] = peer.fit(problem)
-        except Exception as exc:  # one failing peer does not end a long run
-            out[name] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
-            print(f"  [warn] {name} failed: {out[name]['error']}", flush=True)
-            continue
-        out[name] = {"first_call_seconds": first.wall, "first_call_compile_seconds": first.compile}
-        if first.wall > cap:
-            out[name].update(status="capped", round_seconds=[max(first.wall - first.compile, 0.0)],
-                             seconds_from=f"the warm call less its compilation (warm call > cap {cap:g} s)")
-        else:
-            out[name].update(status="measured", round_seconds=[])
-            timed.append(name)
-    for _ in range(rounds):
-        for name in timed:
-            start = time.perf_counter()
-            last[name] = peers[name].fit(problem)
-            out[name]["round_seconds"].append(time.perf_counter() - start)
-    for name, rec in out.items():
-        if rec["status"] in ("skipped", "failed"):
-            continue
-        rec.update(seconds=float(np.median(rec["round_seconds"])), min_seconds=float(np.min(rec["round_seconds"])),
-                   rounds=len(rec["round_seconds"]))
-        rec.update(peers[name].describe(last[name], problem))
-    return out
-
-
 def extrapolate(rows, name):
     """Fill the time of peer ``name`` where it was skipped by a log-log fit of its median time
     against N over the rows where it ran (slope 3 assumed where it ran at one size only)."""
@@ -426,15 +354,10 @@ def extrapolate(rows, name):
         rec = r["peers"][name]
         if rec["status"] != "skipped" or not measured:
             continue
-        fit = loglog_fit([m[0] for m in measured], [m[1] for m in measured])
-        if fit is None:
-            slope, (n0, s0) = 3.0, measured[0]
-            seconds = s0 * (r["n"] / n0) ** slope
-        else:
-            slope, icept = fit
-            seconds = math.exp(icept + slope * math.log(r["n"]))
+        seconds, slope, assumed = loglog_predict([m[0] for m in measured], [m[1] for m in measured], r["n"],
+                                                 slope_if_single=3.0)
         rec.update(extrapolated=True, seconds=float(seconds), loglog_slope=float(slope),
-                   slope_assumed=fit is None, from_sizes=[m[0] for m in measured])
+                   slope_assumed=assumed, from_sizes=[m[0] for m in measured])
 
 
 def add_ratios(row):
@@ -496,13 +419,6 @@ def compare_type2(row, X):
 # ----------------------------------------------------------------------------------------------
 # Reporting
 # ----------------------------------------------------------------------------------------------
-def fmt(x, spec, none="-"):
-    """``format(x, spec)``, or ``none`` for a missing or non-finite value."""
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return none
-    return format(x, spec)
-
-
 def mark(rec):
     """'*' extrapolated, '~' one capped call, '!' failed, '' measured over the rounds."""
     return {"skipped": "*", "capped": "~", "failed": "!"}.get(rec["status"], "")
@@ -591,7 +507,7 @@ def print_rows(rows, kind):
         f"{math.sqrt(math.log(2) / DELTA):.2f}).",
     ])
     text = "\n".join(lines)
-    print(text, flush=True)
+    log(text)
     return text
 
 
@@ -660,7 +576,7 @@ def print_goals(rows, kind):
                           for k, v in g.items())
         lines.append(f"  {r['data']} N = {r['n']}: {cells}")
     text = "\n".join(lines)
-    print(text, flush=True)
+    log(text)
     return text
 
 
@@ -728,10 +644,7 @@ def select(peers, wanted):
 
 def main(argv=None):
     pre, _ = base_parser().parse_known_args(argv)
-    if pre.blas_threads > 0:
-        if "numpy" in sys.modules and os.environ.get("OPENBLAS_NUM_THREADS") != str(pre.blas_threads):
-            print("# [warn] numpy already imported: --blas-threads has no effect", flush=True)
-        os.environ["OPENBLAS_NUM_THREADS"] = str(pre.blas_threads)
+    set_blas_threads(pre.blas_threads)
     import importlib.metadata
 
     import ppl_sbl  # noqa: F401  (float64 on)
@@ -747,13 +660,13 @@ def main(argv=None):
     if out is None:
         stem = "rvm" + ("_classification" if args.classification else "")
         out = os.path.join(HERE, "results", f"{stem}_{env['jax_backend']}" + ("_quick" if args.quick else "") + ".json")
-    print(f"# ppl-sbl RVM speed benchmark ({kind}) against fastrvm  {env['date']}  host={env['hostname']}  "
-          f"backend={env['jax_backend']}  cpus={env['cpu_count']}  load={env['load_average']}  "
-          f"blas threads={env['blas_threads_env']}", flush=True)
-    print(f"# versions {env['versions']}", flush=True)
-    print(f"# peers {list(peers)}  rounds={args.rounds}  cap={args.cap:g}s  "
-          + ("sizes=" + str(args.sizes) if kind == "regression" else f"data={args.datasets} subsample={args.subsample}")
-          + "  skip above: " + str({n: getattr(args, f"skip_{n}_above") for n in peers if n != REFERENCE}), flush=True)
+    log(f"# ppl-sbl RVM speed benchmark ({kind}) against fastrvm  {env['date']}  host={env['hostname']}  "
+        f"backend={env['jax_backend']}  cpus={env['cpu_count']}  load={env['load_average']}  "
+        f"blas threads={env['blas_threads_env']}")
+    log(f"# versions {env['versions']}")
+    log(f"# peers {list(peers)}  rounds={args.rounds}  cap={args.cap:g}s  "
+        + ("sizes=" + str(args.sizes) if kind == "regression" else f"data={args.datasets} subsample={args.subsample}")
+        + "  skip above: " + str({n: getattr(args, f"skip_{n}_above") for n in peers if n != REFERENCE}))
 
     record = {
         "benchmark": ("rvm regression speed, noisy sinc, RBF delta=5.55 + bias column first (M = N + 1), 600 "
@@ -762,11 +675,6 @@ def main(argv=None):
         "kind": kind, "reference": REFERENCE, "peers": list(peers), "exact_tol": EXACT_TOL, "l_goal_nats": L_GOAL_NATS,
         "environment": env, "args": vars(args), "rows": [], "partial": True,
     }
-
-    def save():  # after every size, so that an interrupted run leaves what it measured
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        with open(out, "w") as fh:
-            json.dump(record, fh, indent=1, default=float)
 
     rows = record["rows"]
     start_all = time.perf_counter()
@@ -777,39 +685,39 @@ def main(argv=None):
         n = len(problem.t)
         skip = {name for name in peers if name != REFERENCE and getattr(args, f"skip_{name}_above") is not None
                 and n > getattr(args, f"skip_{name}_above")}
-        print(f"\n== {problem.name}: N = {n}, M = {problem.Phi.shape[1]}, test {len(problem.t_test)}"
-              + (f"; skipped {sorted(skip)}" if skip else ""), flush=True)
+        log(f"\n== {problem.name}: N = {n}, M = {problem.Phi.shape[1]}, test {len(problem.t_test)}"
+            + (f"; skipped {sorted(skip)}" if skip else ""))
         row = {"data": problem.name, "n": n, "m": int(problem.Phi.shape[1]), "n_test": int(len(problem.t_test)),
                "rounds": args.rounds,
                "peers": time_peers(peers, problem, rounds=args.rounds, cap=args.cap, skip=skip, clock=clock)}
         for name, rec in row["peers"].items():
             if rec["status"] in ("measured", "capped"):
                 q = (f"RMSE {rec['rmse']:.4f}" if "rmse" in rec else f"error {rec['test_error']:.1f}%")
-                print(f"  {name:<21} {rec['seconds']:9.4f}s median, {rec['min_seconds']:.4f}s min over "
-                      f"{rec['rounds']} ({rec['status']}); first call {rec['first_call_seconds']:.3f}s; {q}; "
-                      f"{rec['relevant']} columns; {peer_note(rec)}", flush=True)
+                log(f"  {name:<21} {rec['seconds']:9.4f}s median, {rec['min_seconds']:.4f}s min over "
+                    f"{rec['rounds']} ({rec['status']}); first call {rec['first_call_seconds']:.3f}s; {q}; "
+                    f"{rec['relevant']} columns; {peer_note(rec)}")
         if kind == "regression":
             compare_type2(row, problem.X)
         rows.append(row)
-        save()
+        write_record(record, out, announce=False)
     for name in peers:
         if name != REFERENCE:
             extrapolate(rows, name)
     for row in rows:
         add_ratios(row)
         row["goals"] = goals(row, kind)
-    print("", flush=True)
+    log("")
     record["table"] = print_rows(rows, kind) + print_goals(rows, kind)
     for suffix, what in (("", ""), ("_guarded", " with the same alignment guard")):
         gaps = [r["L_default_minus_exact" + suffix] for r in rows if r.get("L_default_minus_exact" + suffix) is not None]
         if gaps:
             record["L_default_within_goal_at_every_size" + suffix] = bool(min(gaps) >= -L_GOAL_NATS)
-            print(f"\n# type-II default rule within {L_GOAL_NATS:g} nats of the tol={EXACT_TOL:g} optimum{what} at "
-                  f"every size where both ran: {record['L_default_within_goal_at_every_size' + suffix]} "
-                  f"(worst {min(gaps):.4f} nats)", flush=True)
+            log(f"\n# type-II default rule within {L_GOAL_NATS:g} nats of the tol={EXACT_TOL:g} optimum{what} at "
+                f"every size where both ran: {record['L_default_within_goal_at_every_size' + suffix]} "
+                f"(worst {min(gaps):.4f} nats)")
     record["total_seconds"] = time.perf_counter() - start_all
     record["partial"] = False
-    print(f"# total benchmark time {record['total_seconds']:.1f}s", flush=True)
+    log(f"# total benchmark time {record['total_seconds']:.1f}s")
     write_record(record, out)
 
 

@@ -34,23 +34,20 @@ refit; no N x N dense matrix at 128 x 128.
 
 Usage::
 
-    python benchmarks/sequential_sbl.py | tee benchmarks/results/sequential_sbl_cpu.log
+    python benchmarks/sequential_sbl.py            # benchmarks/results/sequential_sbl_cpu.json
     python benchmarks/sequential_sbl.py --quick
 """
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 import sys
-import time
 import tracemalloc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from benchmarks.timing import environment, loglog_fit  # noqa: E402
+from benchmarks.timing import environment, log, loglog_predict, timed, write_record  # noqa: E402
 
 
 def problem(size, seed):
@@ -65,12 +62,6 @@ def problem(size, seed):
     return img, observed, perm[int(round(0.45 * P)):]
 
 
-def timed(fn):
-    t = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t
-
-
 def run_size(size, args, run_ard):
     import numpy as np
 
@@ -82,7 +73,7 @@ def run_size(size, args, run_ard):
     D = basis.haar_2d((size, size), 1)
     N, M = len(y), D.shape[1]
     row = {"size": size, "n": int(N), "m": int(M), "dense_nxn_bytes": int(N) * int(N) * 8}
-    print(f"\n== {size} x {size}: N = {N} observed pixels, M = {M} Haar functions", flush=True)
+    log(f"\n== {size} x {size}: N = {N} observed pixels, M = {M} Haar functions")
 
     tracemalloc.start()
     st_a, sec_a = timed(lambda: ss.fit(D, y, rows=observed, noise_var=args.noise_var))
@@ -90,9 +81,9 @@ def run_size(size, args, run_ard):
     tracemalloc.stop()
     row["fixed_noise"] = {"seconds": sec_a, "L": st_a.log_marginal_likelihood, "active": int(len(st_a.active)),
                           "moves": len(st_a.moves), "converged": st_a.converged, "peak_bytes": int(peak)}
-    print(f"  (a) fit, sigma^2 = {args.noise_var:g}      : {sec_a:8.2f}s  L {st_a.log_marginal_likelihood:12.3f}  "
-          f"K {len(st_a.active):5d}  moves {len(st_a.moves):6d}  peak memory {peak / 2**20:.1f} MiB "
-          f"(one N x N matrix: {row['dense_nxn_bytes'] / 2**20:.1f} MiB)", flush=True)
+    log(f"  (a) fit, sigma^2 = {args.noise_var:g}      : {sec_a:8.2f}s  L {st_a.log_marginal_likelihood:12.3f}  "
+        f"K {len(st_a.active):5d}  moves {len(st_a.moves):6d}  peak memory {peak / 2**20:.1f} MiB "
+        f"(one N x N matrix: {row['dense_nxn_bytes'] / 2**20:.1f} MiB)")
 
     noise_fits = {}
     for key, every in [("update_noise", 1), ("update_noise_every", args.noise_every)]:
@@ -106,9 +97,9 @@ def run_size(size, args, run_ard):
                     "moves": len(st_b.moves), "noise_var": st_b.noise_var, "converged": st_b.converged,
                     "noise_every": every, "stop_reason": st_b.stop_reason}
         label = "(b) fit, update_noise" if every == 1 else f"(b') update_noise, every {every}"
-        print(f"  {label:<31}: {sec_b:8.2f}s  L {st_b.log_marginal_likelihood:12.3f}  "
-              f"K {len(st_b.active):5d}  moves {len(st_b.moves):6d}  sigma^2 {st_b.noise_var:.3g}"
-              f"  stop: {st_b.stop_reason}", flush=True)
+        log(f"  {label:<31}: {sec_b:8.2f}s  L {st_b.log_marginal_likelihood:12.3f}  "
+            f"K {len(st_b.active):5d}  moves {len(st_b.moves):6d}  sigma^2 {st_b.noise_var:.3g}"
+            f"  stop: {st_b.stop_reason}")
 
     if run_ard:
         from sklearn.linear_model import ARDRegression
@@ -127,39 +118,29 @@ def run_size(size, args, run_ard):
             tr, ts = np.asarray(st_b.trace[1:]), np.asarray(st_b.trace_seconds)
             hit = np.flatnonzero(tr >= L_c)
             row[key]["seconds_to_ard_L"] = float(ts[hit[0]]) if len(hit) else None
-        print(f"  (c) sklearn ARDRegression      : {sec_c:8.2f}s  L {L_c:12.3f}  K {int(keep.sum()):5d}  "
-              f"iterations {ard.n_iter_}  sigma^2 {1.0 / ard.alpha_:.3g}", flush=True)
+        log(f"  (c) sklearn ARDRegression      : {sec_c:8.2f}s  L {L_c:12.3f}  K {int(keep.sum()):5d}  "
+            f"iterations {ard.n_iter_}  sigma^2 {1.0 / ard.alpha_:.3g}")
         for key, label in (("update_noise", "(b)"), ("update_noise_every", "(b')")):
             if key in row:
                 hit = row[key]["seconds_to_ard_L"]
-                print(f"      {label} passes ARD's L after {hit:.3f}s: ARD's time / this {sec_c / hit:.1f}" if hit else
-                      f"      {label} never reaches ARD's L", flush=True)
+                log(f"      {label} passes ARD's L after {hit:.3f}s: ARD's time / this {sec_c / hit:.1f}" if hit else
+                    f"      {label} never reaches ARD's L")
 
     # (d) add_sample against a refit
     picks = unobserved[: args.new_samples]
     st = st_a
     times = []
     for p in picks:
-        t = time.perf_counter()
-        st, _ = ss.add_sample(st, int(p), img.ravel()[p])
-        times.append(time.perf_counter() - t)
+        (st, _), seconds = timed(lambda: ss.add_sample(st, int(p), img.ravel()[p]))
+        times.append(seconds)
     refit, sec_refit = timed(lambda: ss.fit(D, img.ravel()[np.concatenate([observed, picks])],
                                             rows=np.concatenate([observed, picks]), noise_var=args.noise_var))
     row["add_sample"] = {"mean_seconds": float(np.mean(times)), "max_seconds": float(np.max(times)),
                          "samples": len(picks), "refit_seconds": sec_refit,
                          "refit_over_add_sample": sec_refit / float(np.mean(times))}
-    print(f"  (d) add_sample                 : {1e3 * np.mean(times):8.3f} ms per sample (max {1e3 * np.max(times):.3f}); "
-          f"refit on all {N + len(picks)} samples {sec_refit:.2f}s = {row['add_sample']['refit_over_add_sample']:.0f} x",
-          flush=True)
+    log(f"  (d) add_sample                 : {1e3 * np.mean(times):8.3f} ms per sample (max {1e3 * np.max(times):.3f}); "
+        f"refit on all {N + len(picks)} samples {sec_refit:.2f}s = {row['add_sample']['refit_over_add_sample']:.0f} x")
     return row
-
-
-def loglog(sizes, seconds, target):
-    fit = loglog_fit(sizes, seconds)
-    if fit is None:
-        return None
-    slope, icept = fit
-    return float(math.exp(icept + slope * math.log(target))), slope
 
 
 def main(argv=None):
@@ -186,25 +167,21 @@ def main(argv=None):
         args.sizes, args.ard_sizes, args.noise_sizes, args.new_samples, args.noise_every = [16, 32], [16, 32], [16, 32], 10, 10
     sizes = sorted(set(args.sizes) | set(args.ard_sizes or []))
     env = environment("sklearn", "skimage")
-    print(f"# sequential SBL benchmark  {env['date']}  backend=cpu (NumPy)  cpus={env['cpu_count']}  "
-          f"load={env['load_average']}  sizes={sizes}  ARD at "
-          f"{args.ard_sizes or f'the sizes it is predicted to finish within {args.ard_budget:.0f}s'}", flush=True)
+    log(f"# sequential SBL benchmark  {env['date']}  backend=cpu (NumPy)  cpus={env['cpu_count']}  "
+        f"load={env['load_average']}  sizes={sizes}  ARD at "
+        f"{args.ard_sizes or f'the sizes it is predicted to finish within {args.ard_budget:.0f}s'}")
     rows, stopped = [], False
     for s in sizes:
         if args.ard_sizes is not None:
             run_ard = s in args.ard_sizes
         else:
             done = [(r["size"] ** 2, r["ard"]["seconds"]) for r in rows if "ard" in r]
-            if len(done) >= 2:
-                predicted = loglog([p for p, _ in done], [t for _, t in done], s * s)[0]
-            elif done:  # one point: the cubic cost of its N x N solves
-                predicted = done[0][1] * (s * s / done[0][0]) ** 1.5
-            else:
-                predicted = 0.0
+            # from one point: the cubic cost of its N x N solves, N^1.5 in the pixels
+            predicted = loglog_predict([p for p, _ in done], [t for _, t in done], s * s, slope_if_single=1.5)
+            predicted = predicted[0] if predicted else 0.0
             run_ard = not stopped and predicted <= args.ard_budget
             if not run_ard and not stopped:
-                print(f"# ARDRegression not run from {s} x {s} on: predicted {predicted:.0f}s > {args.ard_budget:.0f}s",
-                      flush=True)
+                log(f"# ARDRegression not run from {s} x {s} on: predicted {predicted:.0f}s > {args.ard_budget:.0f}s")
             stopped = stopped or not run_ard
         rows.append(run_size(s, args, run_ard))
         if "ard" in rows[-1] and rows[-1]["ard"]["seconds"] > args.ard_budget:
@@ -213,16 +190,16 @@ def main(argv=None):
     ard = [r for r in rows if "ard" in r]
     summary = {}
     nan = float("nan")
-    print("\nsize     N      M | (a) fit s   (b) s  (b') s  (c) ARD s | (c)/(b) (c)/(b') | L(b)-L(c) L(b')-L(c) | "
-          "add_sample ms  refit/add", flush=True)
+    log("\nsize     N      M | (a) fit s   (b) s  (b') s  (c) ARD s | (c)/(b) (c)/(b') | L(b)-L(c) L(b')-L(c) | "
+        "add_sample ms  refit/add")
     for r in rows:
         b, b2, c = r.get("update_noise"), r.get("update_noise_every"), r.get("ard")
         ratio = lambda x: c["seconds"] / x["seconds"] if x and c else nan
         diff = lambda x: x["L"] - c["L"] if x and c else nan
-        print(f"{r['size']:>4} {r['n']:>5} {r['m']:>6} | {r['fixed_noise']['seconds']:>9.2f} "
-              f"{b['seconds'] if b else nan:>7.2f} {b2['seconds'] if b2 else nan:>7.2f} {c['seconds'] if c else nan:>10.2f} | "
-              f"{ratio(b):>7.2f} {ratio(b2):>8.2f} | {diff(b):>9.2f} {diff(b2):>10.2f} | "
-              f"{1e3 * r['add_sample']['mean_seconds']:>13.3f} {r['add_sample']['refit_over_add_sample']:>10.0f}", flush=True)
+        log(f"{r['size']:>4} {r['n']:>5} {r['m']:>6} | {r['fixed_noise']['seconds']:>9.2f} "
+            f"{b['seconds'] if b else nan:>7.2f} {b2['seconds'] if b2 else nan:>7.2f} {c['seconds'] if c else nan:>10.2f} | "
+            f"{ratio(b):>7.2f} {ratio(b2):>8.2f} | {diff(b):>9.2f} {diff(b2):>10.2f} | "
+            f"{1e3 * r['add_sample']['mean_seconds']:>13.3f} {r['add_sample']['refit_over_add_sample']:>10.0f}")
     finished = [r for r in ard if r["ard"]["seconds"] <= args.ard_budget]
     if finished:
         largest = max(finished, key=lambda r: r["size"])
@@ -239,14 +216,14 @@ def main(argv=None):
             r = max(both, key=lambda r: r["size"])
             summary["every_move_largest_size_run"] = r["size"]
             summary["ard_over_ours_every_move_there"] = r["ard"]["seconds"] / r["update_noise"]["seconds"]
-            print(f"# (b), sigma^2 after every move, ran up to {r['size']} x {r['size']} (ARD finished "
-                  f"{largest['size']} x {largest['size']}): not run beyond", flush=True)
-        ex = loglog([r["size"] ** 2 for r in ard], [r["ard"]["seconds"] for r in ard], max(sizes) ** 2)
+            log(f"# (b), sigma^2 after every move, ran up to {r['size']} x {r['size']} (ARD finished "
+                f"{largest['size']} x {largest['size']}): not run beyond")
+        ex = loglog_predict([r["size"] ** 2 for r in ard], [r["ard"]["seconds"] for r in ard], max(sizes) ** 2)
         if ex and max(sizes) not in {r["size"] for r in ard}:
             summary["ard_extrapolated_seconds_at_largest"] = ex[0]
             summary["ard_loglog_slope_in_pixels"] = ex[1]
-            print(f"# ARDRegression at {max(sizes)} x {max(sizes)} extrapolated: {ex[0]:.0f}s* (log-log slope {ex[1]:.2f} "
-                  "in the number of pixels; not run)", flush=True)
+            log(f"# ARDRegression at {max(sizes)} x {max(sizes)} extrapolated: {ex[0]:.0f}s* (log-log slope {ex[1]:.2f} "
+                "in the number of pixels; not run)")
     summary["add_sample_speedup_min"] = min(r["add_sample"]["refit_over_add_sample"] for r in rows)
     biggest = max(rows, key=lambda r: r["size"])
     summary["peak_bytes_at_largest"] = biggest["fixed_noise"]["peak_bytes"]
@@ -259,14 +236,11 @@ def main(argv=None):
         "add_sample_100x_faster_than_refit": summary["add_sample_speedup_min"] >= 100,
         "peak_below_one_nxn_at_largest": summary["peak_bytes_at_largest"] < summary["dense_nxn_bytes_at_largest"],
     }
-    print("# goals: " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in goals.items()), flush=True)
-    print("# " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items()), flush=True)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    log("# goals: " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in goals.items()))
+    log("# " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items()))
     out = args.out.replace(".json", "_quick.json") if args.quick else args.out
-    with open(out, "w") as f:
-        json.dump({"benchmark": "sequential SBL vs ARDRegression and refits", "environment": env, "args": vars(args),
-                   "rows": rows, "summary": summary, "goals": goals}, f, indent=1, default=float)
-    print(f"# wrote {out}", flush=True)
+    write_record({"benchmark": "sequential SBL vs ARDRegression and refits", "environment": env, "args": vars(args),
+                  "rows": rows, "summary": summary, "goals": goals}, out)
 
 
 if __name__ == "__main__":

@@ -33,30 +33,24 @@ a method whose next fit is estimated (from its growth so far) to exceed ``--budg
 
 Usage::
 
-    python benchmarks/super_sparse.py --out benchmarks/results/super_sparse_cpu.json | tee benchmarks/results/super_sparse_cpu.log
+    python benchmarks/super_sparse.py                                    # benchmarks/results/super_sparse_cpu.json
     python benchmarks/super_sparse.py --quick --out /tmp/r.json   # n 300 600, 1000 test points, 50 steps
 """
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from benchmarks.timing import environment, loglog_fit  # noqa: E402
+from benchmarks.timing import environment, log, loglog_slope, repeat_timed, timed, write_record  # noqa: E402
 
 METHODS = ("svc", "reduction", "svc_plus_reduction", "labels")
 FIT_REPEAT_CAP_S = 30.0
-
-
-def log(*a):
-    print(*a, flush=True)
 
 
 def pool(n_max, n_test, d, seed):
@@ -70,32 +64,20 @@ def pool(n_max, n_test, d, seed):
     return X[:n_max], y[:n_max], X[n_max:], y[n_max:]
 
 
-def timed(fn, repeats):
-    """(median seconds, all seconds, the last result) of up to ``repeats`` calls of ``fn``; no more
-    calls once FIT_REPEAT_CAP_S seconds have been spent."""
+def fit_time(fn, repeats):
+    """(median seconds, the last result) of up to ``repeats`` calls of ``fn``; no more calls once
+    FIT_REPEAT_CAP_S seconds have been spent."""
     import numpy as np
 
-    times, out = [], None
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-        if sum(times) > FIT_REPEAT_CAP_S:
-            break
-    return float(np.median(times)), times, out
+    seconds, out = repeat_timed(fn, repeats, budget=FIT_REPEAT_CAP_S)
+    return float(np.median(seconds)), out
 
 
 def median_time(fn, repeats):
     """Median seconds of ``repeats`` calls of ``fn`` after one untimed call."""
     import numpy as np
 
-    fn()
-    ts = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts))
+    return float(np.median(repeat_timed(fn, repeats, warm=True)[0]))
 
 
 def scores(y_test, f):
@@ -105,8 +87,8 @@ def scores(y_test, f):
     return {"test_auc": float(roc_auc_score(y_test, f)), "test_accuracy": float(np.mean(np.where(f > 0, 1.0, -1.0) == y_test))}
 
 
-def prototype_row(res, seconds, times, X_test, y_test, args):
-    return {"seconds": seconds, "all_seconds": times, "m": res.m, "steps": int(res.steps),
+def prototype_row(res, seconds, X_test, y_test, args):
+    return {"seconds": seconds, "m": res.m, "steps": int(res.steps),
             "stop_reason": res.stop_reason, "converged": bool(res.converged), "objective": float(res.objective),
             "evaluations_per_test_point": res.similarity_evaluations_per_point,
             "test_seconds": median_time(lambda: res.decision_function(X_test), args.repeats),
@@ -114,8 +96,8 @@ def prototype_row(res, seconds, times, X_test, y_test, args):
 
 
 def slope(points):
-    fit = loglog_fit([p[0] for p in points], [p[1] for p in points])
-    return None if fit is None else fit[0]
+    """The log-log slope of (n, seconds) points, or None."""
+    return loglog_slope([p[0] for p in points], [p[1] for p in points])
 
 
 def main(argv=None):
@@ -159,14 +141,12 @@ def main(argv=None):
         f"each n; training time = median of up to {args.fit_repeats} runs (fewer past {FIT_REPEAT_CAP_S:.0f} s); "
         f"test time = median of {args.repeats} decision_function calls on all held-out points")
     out = args.out
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     record = {"benchmark": "super-sparse machines (m virtual prototypes) vs scikit-learn SVC (RBF): training and "
                            "test time", "environment": env, "args": vars(args), "methods": list(METHODS),
               "rows": [], "stopped": {}, "partial": True}
 
-    def save():  # after every size, so that an interrupted run leaves what it measured
-        with open(out, "w") as fh:
-            json.dump(record, fh, indent=1)
+    def save(announce=False):  # after every size too: an interrupted run leaves what it measured
+        write_record(record, out, announce=announce)
 
     Xp, yp, X_test, y_test = pool(args.sizes[-1], args.n_test, args.features, args.seed)
     finished = {k: [] for k in METHODS}  # (n, seconds) per method
@@ -176,9 +156,7 @@ def main(argv=None):
     n0 = args.sizes[0]
     X0, y0 = Xp[:n0], yp[:n0]
     gamma0 = 1.0 / (X0.shape[1] * X0.var())
-    t = time.perf_counter()
-    first = ss.fit(X0, y0, m=args.m, gamma=gamma0, max_steps=args.steps, seed=args.seed)
-    first_seconds = time.perf_counter() - t
+    first, first_seconds = timed(lambda: ss.fit(X0, y0, m=args.m, gamma=gamma0, max_steps=args.steps, seed=args.seed))
     record["first_call"] = {"n": n0, "method": "labels", "seconds": first_seconds, "steps": int(first.steps)}
     log(f"# first (compiling) call, super-sparse on labels at n={n0}: {first_seconds:.2f} s ({first.steps} steps); "
         "not in the table below")
@@ -191,32 +169,30 @@ def main(argv=None):
         row = {"n": n, "gamma": float(gamma)}
         svc = None
         if "svc" not in stopped:
-            sec, times, svc = timed(lambda: SVC(kernel="rbf", gamma=gamma, C=1.0).fit(X, y), args.fit_repeats)
+            sec, svc = fit_time(lambda: SVC(kernel="rbf", gamma=gamma, C=1.0).fit(X, y), args.fit_repeats)
             f_svc = svc.decision_function(X_test)
-            row["svc"] = {"seconds": sec, "all_seconds": times, "n_sv": int(len(svc.support_)),
+            row["svc"] = {"seconds": sec, "n_sv": int(len(svc.support_)),
                           "evaluations_per_test_point": int(len(svc.support_)),
                           "test_seconds": median_time(lambda: svc.decision_function(X_test), args.repeats),
                           **scores(y_test, f_svc)}
             finished["svc"].append((n, sec))
         if "labels" not in stopped or svc is not None:
-            t = time.perf_counter()
-            ss.fit(X, y, m=args.m, gamma=gamma, max_steps=1, seed=args.seed)  # compiles for these shapes
-            row["warmup_seconds"] = time.perf_counter() - t
+            # compiles for these shapes
+            _, row["warmup_seconds"] = timed(lambda: ss.fit(X, y, m=args.m, gamma=gamma, max_steps=1, seed=args.seed))
         if svc is not None and "reduction" not in stopped:
-            sec, times, res = timed(lambda: ss.fit_to_decision_values(svc, X, m=args.m, gamma=gamma,
-                                                                      max_steps=args.steps, seed=args.seed),
-                                    args.fit_repeats)
-            row["reduction"] = prototype_row(res, sec, times, X_test, y_test, args)
+            sec, res = fit_time(lambda: ss.fit_to_decision_values(svc, X, m=args.m, gamma=gamma,
+                                                                  max_steps=args.steps, seed=args.seed),
+                                args.fit_repeats)
+            row["reduction"] = prototype_row(res, sec, X_test, y_test, args)
             # the decision values on the training set are part of the reduction's time
             row["reduction"]["fit_seconds_last_run"] = float(res.seconds)
-            row["reduction"]["decision_values_seconds_last_run"] = float(times[-1] - res.seconds)
             row["svc_plus_reduction"] = {"seconds": row["svc"]["seconds"] + sec}
             finished["reduction"].append((n, sec))
             finished["svc_plus_reduction"].append((n, row["svc_plus_reduction"]["seconds"]))
         if "labels" not in stopped:
-            sec, times, res = timed(lambda: ss.fit(X, y, m=args.m, gamma=gamma, max_steps=args.steps, seed=args.seed),
-                                    args.fit_repeats)
-            row["labels"] = prototype_row(res, sec, times, X_test, y_test, args)
+            sec, res = fit_time(lambda: ss.fit(X, y, m=args.m, gamma=gamma, max_steps=args.steps, seed=args.seed),
+                                args.fit_repeats)
+            row["labels"] = prototype_row(res, sec, X_test, y_test, args)
             finished["labels"].append((n, sec))
         record["rows"].append(row)
 
@@ -307,8 +283,7 @@ def main(argv=None):
         log(f"  {key}: {why}")
     log(f"first (compiling) call at n={n0}: {first_seconds:.2f} s, excluded from the timings above")
     record["partial"] = False
-    save()
-    log(f"# wrote {out}")
+    save(announce=True)
     return 0
 
 

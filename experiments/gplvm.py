@@ -53,29 +53,23 @@ autoencoder and unsupervised models (as the thesis's Fig. 5.3 b); and a bar char
 relevance per latent dimension of every GPLVM (first fold as bars, the other folds as dots;
 scaled to the largest, log scale, the 1e-3 threshold drawn) (Fig. 5.3 a).
 
-Cost: the supervised and autoencoder fits are O(Q N^3) per bound evaluation (section 5.4). With
-L-BFGS (``--optimizer lbfgs``), on a 2-core CPU shared with other jobs, 20 L-BFGS steps at N = 400, Q = 20, M = 30 took about 15 s
-(supervised RBF), 11 s (LIN) and 12 s (autoencoder), 4 s (unsupervised); the recorded L-BFGS run
-(``gplvm_experiments_lbfgs.*``) took 2526 s. With the natural-gradient default a full run (25 fits of
-1000 sweeps or steps) took 1152 s (one OpenBLAS thread, 2-core VM; about 26-92 s per supervised or
-autoencoder fit, the sweeps skipping the latent dimensions at their fixed point; an earlier run, with q(X)'s
-moments on the host route above N = 256, took 1815 s on a day when the unsupervised fits, whose code
-is the same, also took about 1.6 times as long). Quick mode (``--quick``: 120 images, 2 folds, latent_dim 6,
-num_inducing 12, 40 sweeps or L-BFGS steps, forests of 50 trees; the fits stop at the step cap, so the
-numbers are a smoke test, not results) took about 40 s on that CPU (one OpenBLAS thread). Explicit
-options override the quick settings.
+Cost: the supervised and autoencoder fits are O(Q N^3) per bound evaluation (section 5.4); the
+natural-gradient sweeps skip the latent dimensions at their fixed point. A full run is 25 fits of
+up to 1000 sweeps or steps (times in experiments/README.md). Quick mode (``--quick``: 120 images,
+2 folds, latent_dim 6, num_inducing 12, 40 sweeps or L-BFGS steps, forests of 50 trees; the fits
+stop at the step cap, so the numbers are a smoke test, not results). Explicit options override the
+quick settings.
 
 Usage::
 
-    python experiments/gplvm.py | tee experiments/results/gplvm_experiments.log
-    python experiments/gplvm.py --optimizer lbfgs | tee experiments/results/gplvm_experiments_lbfgs.log
+    python experiments/gplvm.py                       # experiments/results/gplvm_experiments.json
+    python experiments/gplvm.py --optimizer lbfgs     # gplvm_experiments_lbfgs.json
     python experiments/gplvm.py --quick --out-dir /tmp/gplvm
     python experiments/gplvm.py --n-points 300 --folds 3 --max-steps 500
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -83,7 +77,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from benchmarks.timing import environment  # noqa: E402
+from benchmarks.timing import environment, log, save_figure, write_record  # noqa: E402
 
 # the GPLVM fits: key -> (model, latent-prior kernel)
 FITS = {
@@ -111,10 +105,6 @@ COLUMNS = {
 }
 NOTE = ("Note: the thesis's Tables 5.1-5.2 are on different data (emotion recognition, Cohn-Kanade, 10-fold CV); "
         "only the layout and the kind of comparison carry over, not the numbers.")
-
-
-def log(msg=""):
-    print(msg, flush=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -293,11 +283,7 @@ def figure_latent(latents, classes, out_dir, suffix):
                title=f"{FIT_LABELS[key]}: {len(res.relevant_dims)} of {res.latent_dim} dims kept")
     axes[0][0].legend(fontsize=7, ncol=2, title="class", title_fontsize=7, markerscale=1.5)
     fig.suptitle("Latent means, first fold: training points (dots), test points (crosses)", fontsize=9)
-    fig.tight_layout()
-    path = os.path.join(out_dir, f"gplvm_latent{suffix}.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, os.path.join(out_dir, f"gplvm_latent{suffix}.png"))
 
 
 def figure_ard(folds, fit_keys, out_dir, suffix):
@@ -330,11 +316,7 @@ def figure_ard(folds, fit_keys, out_dir, suffix):
     axes[0][0].set_ylabel("relevance alpha_q E[x_q^2] / max")
     axes[0][0].legend(fontsize=7, loc="lower left")
     fig.suptitle("ARD relevance per latent dimension (bars: first fold; dots: other folds)", fontsize=9)
-    fig.tight_layout()
-    path = os.path.join(out_dir, f"gplvm_ard{suffix}.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, os.path.join(out_dir, f"gplvm_ard{suffix}.png"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -348,7 +330,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
-                   help="smoke run (about 1 minute): " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
+                   help="smoke run: " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
     p.add_argument("--n-points", type=int, default=None, help="stratified subset of the digits (default 500)")
     p.add_argument("--folds", type=int, default=None, help="stratified cross-validation folds (default 5)")
     p.add_argument("--latent-dim", type=int, default=None, help="latent dimensions ARD starts from (default 20)")
@@ -373,12 +355,17 @@ def parse_args(argv=None):
     return args
 
 
-def save(record, out_dir, suffix):
+def save(record, out_dir, suffix, announce=False):
     record.setdefault("partial", True)
-    path = os.path.join(out_dir, f"gplvm_experiments{suffix}.json")
-    with open(path, "w") as fh:
-        json.dump(record, fh, indent=1, default=float)
-    return path
+    return write_record(record, os.path.join(out_dir, f"gplvm_experiments{suffix}.json"), announce=announce)
+
+
+def fold_record(fold):
+    """What the record keeps of a fold: its sizes, times and fits (their ARD relevance per latent
+    dimension, not the alphas), without the predictions (the tables are made from them)."""
+    fits = {key: {k: v for k, v in rec.items() if k != "ard_alpha"} for key, rec in fold["fits"].items()}
+    return {"fold": fold["fold"], "train_size": fold["train_size"], "test_size": len(fold["test_labels"]),
+            "fits": fits, "baseline_seconds": fold["baseline_seconds"], "seconds": fold["seconds"]}
 
 
 def main(argv=None):
@@ -421,6 +408,7 @@ def main(argv=None):
     columns = list(COLUMNS)
     fit_keys = list(FITS)
     latents = {}
+    folds = []  # every fold in full: predictions, ARD vectors
     t_all = time.perf_counter()
     splitter = StratifiedKFold(args.folds, shuffle=True, random_state=args.seed)
     for fold, (tr, te) in enumerate(splitter.split(Y, labels)):
@@ -440,16 +428,16 @@ def main(argv=None):
         log(f"  fold {fold + 1}/{args.folds} baselines: "
             + ", ".join(f"{k} {100 * np.mean(v == lte):.1f}%" for k, v in base.items())
             + f"  ({time.perf_counter() - t_fold:.1f} s for the fold)")
-        record["folds"].append({
-            "fold": fold, "train_size": int(len(tr)), "test_index": [int(i) for i in te],
-            "test_labels": [int(c) for c in lte],
+        folds.append({
+            "fold": fold, "train_size": int(len(tr)), "test_labels": [int(c) for c in lte],
             "predictions": {c: [int(v) for v in preds[c]] for c in columns},
             "fits": fits, "baseline_seconds": base_seconds, "seconds": time.perf_counter() - t_fold,
         })
+        record["folds"].append(fold_record(folds[-1]))
         save(record, args.out_dir, suffix)
 
-    table = pooled_table(record["folds"], classes, columns)
-    summary = fit_summary(record["folds"], fit_keys)
+    table = pooled_table(folds, classes, columns)
+    summary = fit_summary(folds, fit_keys)
     record["table"] = table
     record["fit_summary"] = summary
     log(f"\nAccuracy (%) per class, pooled over {args.folds} folds ({len(labels)} images; class counts in brackets); "
@@ -464,13 +452,13 @@ def main(argv=None):
 
     if not args.no_figures:
         paths = [figure_latent(latents, classes, args.out_dir, suffix),
-                 figure_ard(record["folds"], fit_keys, args.out_dir, suffix)]
-        record["figures"] = [os.path.basename(p) for p in paths]
+                 figure_ard(folds, fit_keys, args.out_dir, suffix)]
+        record["figures"] = paths
         log("# figures: " + ", ".join(record["figures"]))
     record["total_seconds"] = time.perf_counter() - t_all
     record["partial"] = False
-    path = save(record, args.out_dir, suffix)
-    log(f"# total {record['total_seconds']:.1f} s; record: {path}")
+    log(f"# total {record['total_seconds']:.1f} s")
+    save(record, args.out_dir, suffix, announce=True)
     return record
 
 

@@ -32,20 +32,18 @@ A seed fixes the data draw (for the mixture also its centres); the fits are dete
 Stopping rule. CAVI stops when the relative ELBO change between sweeps falls below ``--tol``
 (default 1e-9, the library default) or after ``max_sweeps`` sweeps. The p-grid's precisions
 have a scale degeneracy (alpha_i c, beta_j / c give the same prior) along which the vague
-Gamma hyperpriors let CAVI drift for thousands of sweeps (about 9000 on the plain sinc), and a
-sweep on the mixture with 30 noise features (M = 6400) takes a fraction of a second, so a run
-to tol 1e-9 everywhere would take hours. The sweep caps below are a compute budget, not a
+Gamma hyperpriors let CAVI drift for thousands of sweeps, and the mixture with 30 noise features
+has M = 6400 coefficients, so a run to tol 1e-9 everywhere would take hours. The sweep caps below are a compute budget, not a
 tuned setting: every fit records ``converged``, the number of sweeps and the last relative
 ELBO change, and the tables count how many fits stopped at the cap.
 
-Full mode (3829 s, about an hour, on a 2-core CPU shared with other jobs at a load of about 8;
-the mixture with 20 and 30 noise features takes half of it)::
+Full mode (about an hour; the mixture with 20 and 30 noise features takes half of it)::
 
     sinc     k = 0, 1, 2, 5, 10, 15, 20   seeds 0, 1   max 1500 sweeps
     mixture  k = 0, 2, 5, 10, 20, 30      seed 0       max  500 sweeps
     digits   n = 20, 50, 100, 200, 500    seeds 0, 1   max 1500 sweeps
 
-Quick mode (``--quick``, 1-2 minutes, about 90 s of CPU time): sinc with 50 training points,
+Quick mode (``--quick``, a smoke run): sinc with 50 training points,
 k = 0, 3; mixture with 60 training points and 1000 test points, k = 0, 3; digits n = 20, 60;
 one seed; 150 sweeps.
 
@@ -61,7 +59,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -70,7 +67,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from benchmarks.timing import environment  # noqa: E402
+from benchmarks.timing import environment, log, save_figure, write_record  # noqa: E402
 DELTA = 5.55
 RELEVANT_THRESHOLD = 0.1  # |E[w]| above this: a relevant basis function (the paper's rule)
 MODELS = ("rvm", "p", "s")
@@ -168,10 +165,6 @@ def noise_weight_share(res, table_shape, signal_dims):
     return float(np.sum(W[:, signal_dims:] ** 2) / total) if total > 0 else 0.0
 
 
-def log(msg):
-    print(msg, flush=True)
-
-
 def fit_line(label, rec, metric):
     log(f"    {label:<7} {metric}={rec[metric]:.4f}  relevant={rec['relevant']:>4}  "
         f"{rec['seconds']:7.1f} s  {rec['num_sweeps']:>5} sweeps  "
@@ -196,8 +189,6 @@ def run_sinc(cfg, tol):
                                max_sweeps=cfg["max_sweeps"], tol=tol)
                 rec.update(noise_features=k, seed=seed,
                            noise_weight_share=noise_weight_share(res, T.shape[1:], 1))
-                if model != "rvm":
-                    rec["beta"] = precisions(model, res)["beta"]
                 fit_line(LABELS[model], rec, "rmse_test")
                 rows.append(rec)
     return rows
@@ -222,8 +213,6 @@ def run_mixture(cfg, tol):
                                max_sweeps=cfg["max_sweeps"], tol=tol)
                 rec.update(noise_features=k, seed=seed, bayes_error=bayes[seed],
                            noise_weight_share=noise_weight_share(res, T.shape[1:], 2))
-                if model != "rvm":
-                    rec["beta"] = precisions(model, res)["beta"]
                 fit_line(LABELS[model], rec, "error_test")
                 rows.append(rec)
     return rows, {str(s): v for s, v in bayes.items()}
@@ -384,11 +373,7 @@ def figures(record, out_dir, suffix=""):
     written = []
 
     def save(fig, name):
-        path = os.path.join(out_dir, name.replace(".png", suffix + ".png"))
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_figure(fig, os.path.join(out_dir, name.replace(".png", suffix + ".png"))))
 
     reps = lambda cfg: f"{len(cfg['seeds'])} seed(s)"  # noqa: E731
     if "sinc" in record:
@@ -471,7 +456,7 @@ def figures(record, out_dir, suffix=""):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="small smoke run (1-2 minutes)")
+    p.add_argument("--quick", action="store_true", help="small smoke run")
     p.add_argument("--out-dir", default=os.path.join(HERE, "results"),
                    help="where the JSON record and the PNG figures go (default experiments/results)")
     p.add_argument("--only", nargs="+", choices=["sinc", "mixture", "digits"], default=None,
@@ -497,16 +482,15 @@ def main(argv=None):
     name = "grid_rvm_experiments" + ("_quick" if args.quick else "")
     out = os.path.join(args.out_dir, name + ".json")
     env = environment()
-    record = {"benchmark": "grid RVM paper (Kropotov et al.) section 6.1 experiments, offline data",
+    record = {"experiment": "grid RVM paper (Kropotov et al.) section 6.1 experiments, offline data",
               "mode": mode, "tol": args.tol, "delta": DELTA, "relevant_threshold": RELEVANT_THRESHOLD,
               "config": config, "environment": env, "paper": PAPER}
     log(f"# grid RVM experiments ({mode})  {env['date']}  backend={env['jax_backend']}  cpus={env['cpu_count']}")
     log(f"# tol={args.tol}; repetitions: " + ", ".join(f"{k} {len(c['seeds'])} seed(s) {c['seeds']} "
                                                        f"(max {c['max_sweeps']} sweeps)" for k, c in config.items()))
 
-    def save():
-        with open(out, "w") as fh:
-            json.dump(record, fh, indent=1)
+    def save(announce=False):
+        write_record(record, out, announce=announce)
 
     reports = []
     t_all = time.perf_counter()
@@ -539,9 +523,9 @@ def main(argv=None):
         reports.append(report_digits(summary, config["digits"], maps))
         save()
     suffix = "_quick" if args.quick else ""
-    record["figures"] = [os.path.basename(p) for p in figures(record, args.out_dir, suffix)]
+    record["figures"] = figures(record, args.out_dir, suffix)
     record["seconds_total"] = time.perf_counter() - t_all
-    save()
+    save(announce=True)
     log("\n" + "\n\n".join(reports))
     log(f"\nTotal {record['seconds_total']:.0f} s. Record: {out}; figures: {', '.join(record['figures'])}")
     return record

@@ -41,7 +41,7 @@ to the JSON. Fits use the library's default pruning.
 Usage::
 
     python experiments/robust_rvm.py --quick --out-dir /tmp/rrvm
-    python experiments/robust_rvm.py --repeats 50 | tee experiments/results/robust_rvm_experiments.log
+    python experiments/robust_rvm.py --repeats 50   # experiments/results/robust_rvm_experiments.json
     python experiments/robust_rvm.py --only biopsy --repeats 10
     python experiments/robust_rvm.py --first-repeat 3 --repeats 5 --pool-with experiments/results/robust_rvm_experiments.json
 """
@@ -57,7 +57,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from benchmarks.timing import environment  # noqa: E402
+from benchmarks.timing import environment, log, save_figure, timed, write_record  # noqa: E402
 MODELS = ("SVM", "RVM", "RRVM")
 
 # the paper's figures: mean (sd) over 50 repetitions
@@ -88,10 +88,6 @@ PAPER = {
     },
 }
 PAPER_TABLE = {"ripley": "Tables 1, 2", "biopsy": "Table 7 (BC Wisconsin)"}
-
-
-def log(msg=""):
-    print(msg, flush=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -129,17 +125,14 @@ def fit_bayes(model, X, t, delta, *, tol, max_sweeps, **hyper):
 
 
 def select_by_elbo(model, X, t, deltas, *, tol, max_sweeps, **hyper):
-    """One fit per width; the width with the highest ELBO wins. Returns (best fit, delta, per-width record)."""
+    """One fit per width; the width with the highest ELBO wins. Returns (best fit, delta)."""
     fits = [fit_bayes(model, X, t, d, tol=tol, max_sweeps=max_sweeps, **hyper) for d in deltas]
-    elbos = [f.elbo for f in fits]
-    best = max(range(len(deltas)), key=lambda i: elbos[i])
-    record = [{"delta": float(d), "elbo": float(f.elbo), "sweeps": f.num_sweeps, "converged": bool(f.converged)}
-              for d, f in zip(deltas, fits)]
-    return fits[best], float(deltas[best]), record
+    best = max(range(len(deltas)), key=lambda i: fits[i].elbo)
+    return fits[best], float(deltas[best])
 
 
 def select_by_cv(model, X, t, deltas, *, tol, max_sweeps, folds=5, seed=0, **hyper):
-    """5-fold CV of the error rate over the widths, then a refit at the best width."""
+    """5-fold CV of the error rate over the widths, then a refit at the best width: (fit, delta)."""
     import numpy as np
     from sklearn.model_selection import StratifiedKFold
 
@@ -153,7 +146,7 @@ def select_by_cv(model, X, t, deltas, *, tol, max_sweeps, folds=5, seed=0, **hyp
         errors.append(wrong / len(t))
     best = int(np.argmin(errors))
     fit = fit_bayes(model, X, t, deltas[best], tol=tol, max_sweeps=max_sweeps, **hyper)
-    return fit, float(deltas[best]), [{"delta": float(d), "cv_error": e} for d, e in zip(deltas, errors)]
+    return fit, float(deltas[best])
 
 
 def metrics(p, t):
@@ -169,22 +162,20 @@ def metrics(p, t):
 
 
 def run_bayes(name, model, d, deltas, selection, *, tol, max_sweeps, seed, **hyper):
-    start = time.perf_counter()
     if selection == "elbo":
-        fit, delta, per_width = select_by_elbo(model, d.X_train, d.t_train, deltas, tol=tol, max_sweeps=max_sweeps,
-                                               **hyper)
+        (fit, delta), selection_seconds = timed(lambda: select_by_elbo(model, d.X_train, d.t_train, deltas, tol=tol,
+                                                                       max_sweeps=max_sweeps, **hyper))
     else:
-        fit, delta, per_width = select_by_cv(model, d.X_train, d.t_train, deltas, tol=tol, max_sweeps=max_sweeps,
-                                             seed=seed, **hyper)
-    selection_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    fit = fit_bayes(model, d.X_train, d.t_train, delta, tol=tol, max_sweeps=max_sweeps, **hyper)  # timed refit
-    train_seconds = time.perf_counter() - start
+        (fit, delta), selection_seconds = timed(lambda: select_by_cv(model, d.X_train, d.t_train, deltas, tol=tol,
+                                                                     max_sweeps=max_sweeps, seed=seed, **hyper))
+    # the timed refit
+    fit, train_seconds = timed(lambda: fit_bayes(model, d.X_train, d.t_train, delta, tol=tol, max_sweeps=max_sweeps,
+                                                 **hyper))
     p = fit.predict(_design(d.X_test, d.X_train, delta))
     rec = metrics(p, d.t_test)
     rec.update(nonzero=100.0 * float(fit.relevant.mean()), delta=delta, selection=selection,
                selection_seconds=selection_seconds, train_seconds=train_seconds, sweeps=fit.num_sweeps,
-               converged=bool(fit.converged), elbo=fit.elbo, per_width=per_width)
+               converged=bool(fit.converged), elbo=fit.elbo)
     return rec, fit
 
 
@@ -194,15 +185,11 @@ def run_svm(d, deltas, Cs, seed):
     from sklearn.model_selection import GridSearchCV, StratifiedKFold
     from sklearn.svm import SVC
 
-    start = time.perf_counter()
     search = GridSearchCV(SVC(kernel="rbf"), {"C": list(Cs), "gamma": list(deltas)},
                           cv=StratifiedKFold(5, shuffle=True, random_state=seed), refit=False)
-    search.fit(d.X_train, d.t_train)
-    selection_seconds = time.perf_counter() - start
+    _, selection_seconds = timed(lambda: search.fit(d.X_train, d.t_train))
     best = search.best_params_
-    start = time.perf_counter()
-    svc = SVC(kernel="rbf", **best).fit(d.X_train, d.t_train)
-    train_seconds = time.perf_counter() - start
+    svc, train_seconds = timed(lambda: SVC(kernel="rbf", **best).fit(d.X_train, d.t_train))
     platt = CalibratedClassifierCV(SVC(kernel="rbf", **best), method="sigmoid", cv=5, ensemble=False)
     platt.fit(d.X_train, d.t_train)
     p = platt.predict_proba(d.X_test)[:, list(platt.classes_).index(1.0)]
@@ -269,11 +256,7 @@ def figure_weighted_loss(out_dir, suffix):
     ax.axhline(robust_rvm.DEFAULT_R, color="0.7", lw=0.8)
     ax.set(xlabel="margin u = (2t - 1) f", ylabel="loss", title="Fig. 2: the weight bounds the loss by r")
     ax.legend()
-    fig.tight_layout()
-    path = os.path.join(out_dir, f"robust_rvm_weighted_loss{suffix}.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, os.path.join(out_dir, f"robust_rvm_weighted_loss{suffix}.png"))
 
 
 def figure_boundaries(d, fits, flipped, out_dir, suffix):
@@ -309,11 +292,7 @@ def figure_boundaries(d, fits, flipped, out_dir, suffix):
         ax.set(title=f"{model} (delta = {delta:g}): {len(circled)} " + ("support" if model == "SVM" else "relevance")
                + " vectors", xlabel="x1 (standardised)", ylabel="x2")
     fig.suptitle("Fig. 4: decision boundaries on Ripley's data with flipped training labels (red squares)")
-    fig.tight_layout()
-    path = os.path.join(out_dir, f"robust_rvm_boundaries{suffix}.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, os.path.join(out_dir, f"robust_rvm_boundaries{suffix}.png"))
 
 
 def sensitivity_curve(d, deltas_by_model, C, *, tol, max_sweeps, positions):
@@ -371,11 +350,7 @@ def figure_sensitivity(positions, curves, out_dir, suffix):
                 ylabel="mean |change of the logit|", title="RVM and RRVM unscaled")
     for ax in axes:
         ax.legend()
-    fig.tight_layout()
-    path = os.path.join(out_dir, f"robust_rvm_sensitivity{suffix}.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, os.path.join(out_dir, f"robust_rvm_sensitivity{suffix}.png"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -489,20 +464,17 @@ def main(argv=None):
                                        max_sweeps=args.max_sweeps, positions=positions)
             record["sensitivity"] = {"positions": positions, "mean_abs_change": curves}
             paths.append(figure_sensitivity(positions, curves, args.out_dir, suffix))
-        record["figures"] = [os.path.basename(p) for p in paths]
+        record["figures"] = paths
         log("# figures: " + ", ".join(record["figures"]))
     record["total_seconds"] = time.perf_counter() - t_all
     record["partial"] = False
-    save(record, args, suffix)
+    save(record, args, suffix, announce=True)
     log(f"# total {record['total_seconds']:.1f} s")
 
 
-def save(record, args, suffix):
+def save(record, args, suffix, announce=False):
     record.setdefault("partial", True)
-    path = os.path.join(args.out_dir, f"robust_rvm_experiments{suffix}.json")
-    with open(path, "w") as f:
-        json.dump(record, f, indent=1, default=float)
-    return path
+    return write_record(record, os.path.join(args.out_dir, f"robust_rvm_experiments{suffix}.json"), announce=announce)
 
 
 if __name__ == "__main__":

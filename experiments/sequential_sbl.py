@@ -29,13 +29,12 @@ The noise variance is fixed at ``--noise-var`` (1e-3: a standard deviation of 8 
 
 Usage::
 
-    python experiments/sequential_sbl.py | tee experiments/results/sequential_sbl_experiments.log
+    python experiments/sequential_sbl.py            # experiments/results/sequential_sbl_experiments.json
     python experiments/sequential_sbl.py --quick --out-dir /tmp/ssbl
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -43,7 +42,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from benchmarks.timing import environment  # noqa: E402
+from benchmarks.timing import environment, log, save_figure, timed, write_record  # noqa: E402
 
 PAPER_FSIM = {"A haar1": 0.74, "B guided +5%": 0.93, "C haar2 on the rest": 0.91, "D rbf": 0.88}
 
@@ -133,8 +132,8 @@ def main(argv=None):
     os.makedirs(args.out_dir, exist_ok=True)
     suffix = "_quick" if args.quick else ""
     env = environment("skimage", "sklearn")
-    print(f"# sequential SBL image experiment  {env['date']}  size={args.size}  missing={args.missing:.0%}  "
-          f"noise_var={args.noise_var:g}  k={args.neighbours}  rbf sd={args.rbf_sd:g}  seed={args.seed}", flush=True)
+    log(f"# sequential SBL image experiment  {env['date']}  size={args.size}  missing={args.missing:.0%}  "
+        f"noise_var={args.noise_var:g}  k={args.neighbours}  rbf sd={args.rbf_sd:g}  seed={args.seed}")
     img = camera(args.size)
     H, W = img.shape
     P = H * W
@@ -154,17 +153,15 @@ def main(argv=None):
                "rollbacks": len(state.rollbacks), **(extra or {})}
         record["stages"][name] = rec
         fsim = PAPER_FSIM.get(name)
-        print(f"  {name:<22} PSNR {rec['psnr']:6.2f} dB  SSIM {rec['ssim']:.4f}  K {rec['active']:5d}  "
-              f"L {rec['log_marginal_likelihood']:11.2f}  {seconds:7.2f}s  stop {state.stop_reason}"
-              f" ({len(state.refresh_drift)} refreshes, {len(state.rollbacks)} rollbacks)"
-              + (f"  [paper FSIM {fsim}]" if fsim else "")
-              + "".join(f"  {k} {v:.3f}" for k, v in (extra or {}).items() if isinstance(v, float)), flush=True)
+        log(f"  {name:<22} PSNR {rec['psnr']:6.2f} dB  SSIM {rec['ssim']:.4f}  K {rec['active']:5d}  "
+            f"L {rec['log_marginal_likelihood']:11.2f}  {seconds:7.2f}s  stop {state.stop_reason}"
+            f" ({len(state.refresh_drift)} refreshes, {len(state.rollbacks)} rollbacks)"
+            + (f"  [paper FSIM {fsim}]" if fsim else "")
+            + "".join(f"  {k} {v:.3f}" for k, v in (extra or {}).items() if isinstance(v, float)))
 
     # A. Haar scale 1 ---------------------------------------------------------------------------
     haar1 = basis.haar_2d((H, W), 1)
-    t = time.perf_counter()
-    stA = ss.fit(haar1, truth[observed], rows=observed, noise_var=args.noise_var)
-    secA = time.perf_counter() - t
+    stA, secA = timed(lambda: ss.fit(haar1, truth[observed], rows=observed, noise_var=args.noise_var))
     reconA, varA = reconstruct(stA, img, observed)
     edlA, pvarA = uncertainty(stA, img, observed, missing, args.neighbours)
     errA = np.abs(reconA.ravel() - truth)[missing]
@@ -182,9 +179,8 @@ def main(argv=None):
         st = stA
         per_sample = []
         for p_ in picks:
-            t1 = time.perf_counter()
-            st, _ = ss.add_sample(st, int(p_), truth[p_])
-            per_sample.append(time.perf_counter() - t1)
+            (st, _), one = timed(lambda: ss.add_sample(st, int(p_), truth[p_]))
+            per_sample.append(one)
         st = ss.resume(st)
         seconds = time.perf_counter() - t
         obs_b = np.concatenate([observed, picks])
@@ -203,9 +199,7 @@ def main(argv=None):
     values = np.concatenate([truth[observed], reconA.ravel()[accepted]])
     order = np.argsort(pseudo)
     haar2 = basis.haar_2d((H, W), 2)
-    t = time.perf_counter()
-    stC = ss.fit(haar2, values[order], rows=pseudo[order], noise_var=args.noise_var)
-    secC = time.perf_counter() - t
+    stC, secC = timed(lambda: ss.fit(haar2, values[order], rows=pseudo[order], noise_var=args.noise_var))
     reconC, _ = reconstruct(stC, img, observed, fill=(accepted, reconA.ravel()[accepted]))
     report("C haar2 on the rest", stC, reconC, secC, {"accepted_share": float(len(accepted) / len(missing)),
                                                       "accepted_abs_error": float(np.mean(np.abs(
@@ -218,16 +212,12 @@ def main(argv=None):
 
     # D. Gaussian RBFs --------------------------------------------------------------------------
     rbf = basis.gaussian_rbf_2d((H, W), args.rbf_sd)
-    t = time.perf_counter()
-    stD = ss.fit(rbf, truth[observed], rows=observed, noise_var=args.noise_var)
-    secD = time.perf_counter() - t
+    stD, secD = timed(lambda: ss.fit(rbf, truth[observed], rows=observed, noise_var=args.noise_var))
     reconD, _ = reconstruct(stD, img, observed)
     edlD, pvarD = uncertainty(stD, img, observed, missing, None)
     errD = np.abs(reconD.ravel() - truth)[missing]
     alpha_new = 1.0 / float(np.var(truth[observed]))
-    t = time.perf_counter()
-    augD = ss.augmented_variance(stD, missing, lambda q: rbf.columns([q])[:, 0], alpha_new)
-    sec_aug = time.perf_counter() - t
+    augD, sec_aug = timed(lambda: ss.augmented_variance(stD, missing, lambda q: rbf.columns([q])[:, 0], alpha_new))
     edlD_knn, _ = uncertainty(stD, img, observed, missing, args.neighbours)
     report("D rbf", stD, reconD, secD, {"auc_edl": error_auc(errD, -edlD), "auc_variance": error_auc(errD, pvarD),
                                         "auc_edl_knn": error_auc(errD, -edlD_knn),
@@ -238,11 +228,8 @@ def main(argv=None):
 
     if not args.no_figures:
         record["figures"] = figures(img, observed, missing, maps, stages_b, reconC, args, suffix)
-        print("# figures: " + ", ".join(record["figures"]), flush=True)
-    path = os.path.join(args.out_dir, f"sequential_sbl_experiments{suffix}.json")
-    with open(path, "w") as f:
-        json.dump(record, f, indent=1, default=float)
-    print(f"# wrote {path}", flush=True)
+        log("# figures: " + ", ".join(record["figures"]))
+    write_record(record, os.path.join(args.out_dir, f"sequential_sbl_experiments{suffix}.json"))
     return record
 
 
@@ -288,8 +275,7 @@ def figures(img, observed, missing, maps, stages_b, reconC, args, suffix):
     r, c = np.divmod(picks_g, shape[1])
     ax[0].plot(c, r, ".", ms=1.5, color="tab:red")
     fig.suptitle("Improving the reconstruction (Fig. 3 and 4)")
-    fig.tight_layout()
-    names.append(_save(fig, args, f"sequential_sbl_improve{suffix}.png"))
+    names.append(save_figure(fig, os.path.join(args.out_dir, f"sequential_sbl_improve{suffix}.png")))
 
     reconD, errD, edlD, pvarD, augD = maps["D"]
     fig, ax = plt.subplots(1, 5, figsize=(16, 3.6))
@@ -311,16 +297,7 @@ def _draw(fig, ax, panels, title, args, name):
         a.set_title(sub, fontsize=9)
         a.axis("off")
     fig.suptitle(title)
-    fig.tight_layout()
-    return _save(fig, args, name)
-
-
-def _save(fig, args, name):
-    import matplotlib.pyplot as plt
-
-    fig.savefig(os.path.join(args.out_dir, name), dpi=110)
-    plt.close(fig)
-    return name
+    return save_figure(fig, os.path.join(args.out_dir, name))
 
 
 if __name__ == "__main__":

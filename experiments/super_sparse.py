@@ -58,7 +58,6 @@ folds) is a smoke test, not a result.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -68,11 +67,7 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from benchmarks.timing import environment  # noqa: E402
-
-
-def log(*a):
-    print(*a, flush=True)
+from benchmarks.timing import environment, log, repeat_timed, save_figure, write_record  # noqa: E402
 
 
 # ----------------------------------------------------------------------------------------------
@@ -216,15 +211,10 @@ def verification(args):
 
 
 def _median_time(fn, repeats=5):
+    """Median seconds of ``repeats`` calls of ``fn`` after an untimed one."""
     import numpy as np
 
-    fn()
-    ts = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts))
+    return float(np.median(repeat_timed(fn, repeats, warm=True)[0]))
 
 
 def _verification_summary(per_class, ms):
@@ -425,7 +415,7 @@ def figures(record, out_dir, suffix):
         a.grid(alpha=0.3)
     ax[0].legend(fontsize=7)
     fig.tight_layout()
-    names.append(_save(fig, out_dir, f"super_sparse_verification{suffix}.png"))
+    names.append(save_figure(fig, os.path.join(out_dir, f"super_sparse_verification{suffix}.png")))
 
     protos = ver["prototypes_m2"]
     if protos:
@@ -440,7 +430,7 @@ def figures(record, out_dir, suffix):
         fig.suptitle("the two virtual prototypes of each class's verifier (beta > 0: client, < 0: impostors)",
                      fontsize=9)
         fig.tight_layout()
-        names.append(_save(fig, out_dir, f"super_sparse_prototypes{suffix}.png"))
+        names.append(save_figure(fig, os.path.join(out_dir, f"super_sparse_prototypes{suffix}.png")))
 
     reg = record["regression"]
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))
@@ -464,16 +454,8 @@ def figures(record, out_dir, suffix):
         b.set_ylabel("ELBO of the ARD RVM over the prototypes", color="tab:purple", fontsize=8)
         a.legend(fontsize=7)
     fig.tight_layout()
-    names.append(_save(fig, out_dir, f"super_sparse_regression{suffix}.png"))
+    names.append(save_figure(fig, os.path.join(out_dir, f"super_sparse_regression{suffix}.png")))
     return names
-
-
-def _save(fig, out_dir, name):
-    import matplotlib.pyplot as plt
-
-    fig.savefig(os.path.join(out_dir, name), dpi=110)
-    plt.close(fig)
-    return name
 
 
 # ----------------------------------------------------------------------------------------------
@@ -492,7 +474,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
-                   help="smoke run (about a minute): " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
+                   help="smoke run: " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
     p.add_argument("--n-train", type=int, default=None, help="training digits (default 1000; the rest test)")
     p.add_argument("--classes", type=int, nargs="+", default=None, help="client classes (default 0-9)")
     p.add_argument("--prototypes", type=int, nargs="+", default=None, help="m for verification (default 1-10)")
@@ -537,10 +519,10 @@ def main(argv=None):
     if not args.no_figures:
         record["figures"] = figures(record, args.out_dir, suffix)
     report(record)
-    path = os.path.join(args.out_dir, f"super_sparse_experiments{suffix}.json")
-    with open(path, "w") as fh:
-        json.dump(record, fh, indent=1, default=float)
-    log(f"\nrecord: {path}  ({record['seconds']:.0f} s)")
+    # the prototypes' pixels are in the figure, not in the record
+    record["verification"].pop("prototypes_m2")
+    log(f"\n# {record['seconds']:.0f} s")
+    write_record(record, os.path.join(args.out_dir, f"super_sparse_experiments{suffix}.json"))
     return 0
 
 
