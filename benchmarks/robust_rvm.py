@@ -178,7 +178,6 @@ def rrvm_loop_pruned(designs, t, *, tol, max_sweeps, clock, repeat):
     import numpy as np
 
     import ppl_sbl
-    from ppl_sbl.inference import _num_active
     from ppl_sbl.models import robust_rvm
 
     cavi = ppl_sbl.CAVI(robust_rvm.classification, tol=tol, max_sweeps=max_sweeps, progress_bar=False)
@@ -191,7 +190,7 @@ def rrvm_loop_pruned(designs, t, *, tol, max_sweeps, clock, repeat):
             per_width.append({"seconds_excl_jit": one.wall - one.compile, "elbo": float(res.elbo),
                               "num_sweeps": int(res.num_sweeps),
                               "converged": bool(res.converged), "num_prunes": len(res.prune_events),
-                              "num_active_at_end": int(_num_active(res.state)),
+                              "num_active_at_end": int(res.num_active),
                               "relevant": int(np.sum(res.relevant))})
     rec = {"loop": total.record(), "per_width": per_width}
     if repeat:
@@ -214,18 +213,18 @@ def rrvm_loop_fit(designs, t, *, tol, max_sweeps, clock, repeat):
     import jax
 
     import ppl_sbl
-    from ppl_sbl.inference import _strong
     from ppl_sbl.models import robust_rvm
 
     guide = robust_rvm.CLASSIFICATION_GUIDE
+    cavi = ppl_sbl.CAVI(robust_rvm.classification)
     key = (float(tol), int(max_sweeps))
     if key not in _JITTED_FIT:
         _JITTED_FIT[key] = jax.jit(lambda data: ppl_sbl.fit(guide, data, tol=tol, max_sweeps=max_sweeps))
     fit = _JITTED_FIT[key]
 
     def one(Phi):
-        # prepared as fit_grid prepares each design, then fitted and waited for
-        data = _strong(guide.prepare(Phi, t))
+        # prepared as fit_grid prepares each design (strongly typed), then fitted and waited for
+        _, data = cavi.init(Phi, t)
         return jax.block_until_ready(fit(data))
 
     per_width, outs = [], []
@@ -457,17 +456,18 @@ def probe_full(name, args, clock):
     the vmapped sweep over all widths (``jax.vmap`` of the same sweep, what each iteration of
     fit_grid's while_loop computes), at the full training size; and SVC's whole grid search."""
     import jax
+    import jax.numpy as jnp
     import numpy as np
 
+    import ppl_sbl
     from ppl_sbl import basis
-    from ppl_sbl.inference import _compiled_sweep, _stack, _strong
     from ppl_sbl.models import robust_rvm
 
     d = load(name, label_noise=args.label_noise, seed=args.seed, n_test=args.n_test)
     N, dims = d.X_train.shape
     deltas = width_grid(args, dims)
-    g = robust_rvm.CLASSIFICATION_GUIDE
-    datas = [_strong(g.prepare(basis.rbf(d.X_train, delta=x, bias=True), d.t_train)) for x in deltas]
+    cavi = ppl_sbl.CAVI(robust_rvm.classification)
+    starts = [cavi.init(basis.rbf(d.X_train, delta=x, bias=True), d.t_train) for x in deltas]  # (state, data)
     k = args.probe_sweeps
 
     def timed(sweep, state, data):
@@ -479,12 +479,15 @@ def probe_full(name, args, clock):
         return {"seconds_per_sweep": tm.wall / k, "cpu_per_sweep": tm.cpu / k,
                 "first_call": first.record(), "finite": bool(np.all(np.isfinite(np.asarray(value))))}
 
-    single = _compiled_sweep(g)
+    single = cavi.step
     mid = len(deltas) // 2
-    one = timed(single, _strong(g.init(datas[mid])), datas[mid])
-    stacked = _stack(datas)
-    batched = jax.jit(jax.vmap(lambda s, x: single(s, x)))
-    lanes = timed(batched, _strong(jax.vmap(g.init)(stacked)), stacked)
+    one = timed(single, *starts[mid])
+
+    def stack(trees):
+        return jax.tree.map(lambda *x: jnp.stack(x), *trees)
+
+    batched = jax.jit(jax.vmap(single))
+    lanes = timed(batched, stack([s for s, _ in starts]), stack([x for _, x in starts]))
     lanes["seconds_per_lane_sweep"] = lanes["seconds_per_sweep"] / len(deltas)
     e = run_svc(d, deltas, args)
     rec = {"n_train": int(N), "m": int(N + 1), "lanes": len(deltas), "sweeps_timed": k, "single": one, "vmapped": lanes,
