@@ -20,8 +20,8 @@ p(u). The predictive probability of class i for independent y*_c ~ N(m_c, s_c^2)
 
     P(t* = i) = E_u[ prod_{j != i} Phi((s_i u + m_i - m_j) / s_j) ]                      (P)
 
-(their predictive distribution with s_c^2 = 1 + phi^T Sigma_c phi). (Equation numbers of the
-paper are not given here: no copy of it was at hand to check them against.)
+(their predictive distribution with s_c^2 = 1 + phi^T Sigma_c phi). The paper's equations are
+cited by what they compute, not by number.
 
 Quadrature. Every integral here is int exp(g(u)) du with g(u) = ln N(u) + sum_j ln Phi(a_j u +
 b_j), a_j > 0. g is concave with curvature kappa(u) = -g''(u) = 1 + sum_j a_j^2 psi(a_j u + b_j),
@@ -33,10 +33,10 @@ g(u) <= g(u^) - kappa^ (u - u^)^2 / 2 to its left, so the window [u^ - W / sqrt(
 (W = 8) holds all but ~1e-15 of the mass. On it the trapezoid rule with 2K + 1 nodes (an entire
 integrand: its error is the integrand's Fourier transform at 2 pi / h, about
 exp(-2 pi^2 / (h^2 kappa)) for curvature kappa; K: :func:`trapezoid_half_count`) is exact to
-rounding: measured against a rule with 20 times the nodes on 20000 random points (C = 3 and 10,
-m up to 15 standard deviations apart), the largest difference in ln Z was 5e-13 on |ln Z| up to
-3e3. Every quantity is formed in log space, so points deep on the wrong side of a boundary
-(Z ~ 1e-300 and below) lose nothing.
+rounding: against a rule with 20 times the nodes on 20000 random points (C = 3 and 10, m up to
+15 standard deviations apart), ln Z differs by at most 5e-13 on |ln Z| up to 3e3. Every quantity
+is formed in log space, so points deep on the wrong side of a boundary (Z ~ 1e-300 and below)
+lose nothing.
 
 Sampling (:class:`ConeTruncatedNormal`): u by exact rejection from the Gaussian envelope that the
 curvature bound gives, g(u) <= g(v) + g'(v)(u - v) - (u - v)^2 / 2 at any v (acceptance at least
@@ -69,11 +69,11 @@ _ASYMPTOTIC_BELOW = -37.0  # erfc(-x / sqrt 2) / 2 underflows below about -37.5
 
 def log_ndtr(x):
     """ln Phi(x) to float64 accuracy everywhere (within 2e-14 of scipy's log_ndtr, relative to
-    max(1, |ln Phi|)), at half the cost of JAX's (which evaluates all of its branches, and whose
-    default 3-term asymptotic series is off by ~4e-9 near x = -20): one erfc, q = erfc(|x| /
-    sqrt 2) / 2, then ln q (x < 0) or log1p(-q) (x >= 0); below x = -37, where q underflows, the
-    asymptotic series ln Phi(x) = -x^2/2 - ln(-x sqrt(2 pi)) + ln(1 - 1/x^2 + 3/x^4 - ...), eight
-    terms (error below 1e-18)."""
+    max(1, |ln Phi|)) with one erfc (JAX's evaluates all of its branches, and its default 3-term
+    asymptotic series is off by ~4e-9 near x = -20): q = erfc(|x| / sqrt 2) / 2, then ln q
+    (x < 0) or log1p(-q) (x >= 0); below x = -37, where q underflows, the asymptotic series
+    ln Phi(x) = -x^2/2 - ln(-x sqrt(2 pi)) + ln(1 - 1/x^2 + 3/x^4 - ...), eight terms (error below
+    1e-18)."""
     # each branch sees only arguments where it is finite, so that gradients through jnp.where stay finite
     q = 0.5 * jax.scipy.special.erfc(jnp.abs(jnp.maximum(x, _ASYMPTOTIC_BELOW)) / math.sqrt(2.0))
     negative = x < 0
@@ -91,9 +91,9 @@ def trapezoid_half_count(num_classes, scale_ratio=None):
     """K, the number of trapezoid intervals on each side (2K + 1 nodes).
 
     The cone (a_j = 1): K = ceil(5.5 (1 + sqrt(C))), every factor Phi(u + d_j) as wide as N(u).
-    Measured against 20 K on adversarial configurations (every d_j near one value from -6 to 12,
-    so that the mode sits where the factors are flat and their edges lie in the window's left
-    part) for C = 2, 3, 10, 30: differences in ln Z below 4e-15 (relative).
+    Against 20 K on adversarial configurations (every d_j near one value from -6 to 12, so that
+    the mode sits where the factors are flat and their edges lie in the window's left part) for
+    C = 2, 3, 10, 30, ln Z differs by less than 4e-15 (relative).
 
     The predictive (P) with scale ratios a_j = s_i / s_j up to r = ``scale_ratio``: a factor's
     edge can be 1/r wide anywhere in the window, whose width is at most 2 W, so K = ceil(11
@@ -232,8 +232,8 @@ def class_probabilities(mean, scale, *, scale_ratio=PREDICTIVE_SCALE_RATIO):
 
     The step of the rule resolves curvature up to 1 + (C - 1) ``scale_ratio``^2; with
     ``max scale / min scale`` of a row above ``scale_ratio`` (default 3) the rule loses accuracy
-    gradually (measured against adaptive quadrature for C = 10: 3e-15 relative at a ratio of 5,
-    5e-13 at 8)."""
+    gradually (against adaptive quadrature for C = 10: 3e-15 relative at a ratio of 5, 5e-13 at
+    8)."""
     mean, scale = jnp.broadcast_arrays(jnp.asarray(mean, dtype=jnp.float64), jnp.asarray(scale, dtype=jnp.float64))
     C = mean.shape[-1]
     half_count = trapezoid_half_count(C, scale_ratio)

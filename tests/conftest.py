@@ -1,18 +1,17 @@
 import os
 
 # One OpenBLAS thread (LAPACK calls of jax on CPU, and NumPy): on a small shared machine its
-# worker threads spin against XLA's and other processes' threads, which made a 161 x 161
-# Cholesky take hundreds of milliseconds under load. Set before NumPy or JAX load OpenBLAS;
-# inherited by the tutorial and benchmark subprocesses the tests start.
+# worker threads spin against XLA's and other processes' threads. Set before NumPy or JAX load
+# OpenBLAS; inherited by the tutorial and script subprocesses the tests start.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # One XLA compilation cache for the whole run, shared by both workers and every tutorial, CLI and
-# benchmark subprocess (they inherit the environment): about two thirds of the suite's CPU time
-# is XLA compiling, and tests and scripts compile the same computations again (same shapes, fresh
-# closures, other processes), which the in-memory cache of one process cannot reuse: in a measured
-# run 2981 compilations came from this cache against 10176 made. Every compilation is cached (the
-# default keeps only those over one second). A fresh directory per run, so the suite's time
-# is that of a clean checkout; set JAX_COMPILATION_CACHE_DIR to a lasting folder to keep it.
+# script subprocess (they inherit the environment): most of the suite's CPU time is XLA
+# compiling, and tests and scripts compile the same computations again (same shapes, fresh
+# closures, other processes), which the in-memory cache of one process cannot reuse. Every
+# compilation is cached (the default keeps only those over one second). A fresh directory per
+# run, so the suite's time is that of a clean checkout; set JAX_COMPILATION_CACHE_DIR to a
+# lasting folder to keep it.
 _CACHE_MADE_HERE = None
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     import tempfile
@@ -20,9 +19,8 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _CACHE_MADE_HERE = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="ppl-sbl-xla-cache-")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
-# The tests' computations are small: LLVM's optimisation passes cost more than they save. Level 0
-# compiles the same XLA programs about a quarter faster (users' runs, and the benchmarks' records,
-# keep XLA's default).
+# The tests' computations are small: LLVM's optimisation passes cost more than they save, so the
+# tests compile at level 0 (users' runs, and the benchmarks' records, keep XLA's default).
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 
@@ -43,11 +41,11 @@ def rng():
 # file runs on one worker, and the scheduler hands files out in collection order
 # (``--no-loadscope-reorder`` in pyproject.toml), so the tutorials (the longest file, on
 # one worker) start at once instead of last, and the short files fill the end on both workers.
-# Ordered by their measured durations (``pytest --durations``) on the 2-core CI machine.
-LONGEST_FIRST = ("test_tutorials.py", "test_gplvm.py", "test_grid_rvm.py", "test_super_sparse_experiments.py",
-                 "test_grid_experiments.py", "test_robust_experiments.py", "test_bench_derived_cavi.py",
-                 "test_gplvm_experiments.py", "test_bench_robust_rvm.py", "test_robust_rvm.py", "test_derived.py",
-                 "test_bench_gplvm.py", "test_rvm.py", "test_bench_grid_rvm.py")
+# Ordered by their durations (``pytest --durations``).
+LONGEST_FIRST = ("test_tutorials.py", "test_gplvm.py", "test_grid_rvm.py", "test_experiments_super_sparse.py",
+                 "test_experiments_grid_rvm.py", "test_experiments_robust_rvm.py", "test_benchmarks_derived_cavi.py",
+                 "test_experiments_gplvm.py", "test_benchmarks_robust_rvm.py", "test_robust_rvm.py", "test_derived.py",
+                 "test_benchmarks_gplvm.py", "test_rvm.py", "test_benchmarks_grid_rvm.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,4 +1,5 @@
-"""Run a script of the repository (a benchmark) in a subprocess and read the JSON it writes."""
+"""Run a script of the repository (``benchmarks/`` or ``experiments/``) in a subprocess and read the
+JSON record it writes, or import it as a module."""
 import importlib
 import json
 import os
@@ -19,10 +20,9 @@ def run_script(relative_path, *args, record, timeout=900):
         return proc, json.load(fh)
 
 
-def bench_module(name):
-    """The script ``bench/<name>.py`` imported as a module (the scripts import their neighbours, so
-    bench/ goes on ``sys.path``)."""
-    folder = os.path.join(ROOT, "bench")
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
+def script_module(name):
+    """The script named ``name`` (dotted: ``"benchmarks.rvm"``, ``"experiments.super_sparse"``)
+    imported as a module; the repository root goes on ``sys.path``."""
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
     return importlib.import_module(name)

@@ -433,7 +433,7 @@ print(f"leaving basis function {k} out costs {gap_k:.4f} nats; "
 
 # %% [markdown]
 # The fast schedule is what `ppl_sbl.RVR` and `ppl_sbl.RVC` use. Its speed against compiled
-# peers (Tipping's SparseBayes in C++, `fastrvm`) is measured in `bench/rvm.py`.
+# peers (Tipping's SparseBayes in C++, `fastrvm`) is measured in `benchmarks/rvm.py`.
 #
 # ## Exercises
 #

@@ -523,11 +523,11 @@ plt.show()
 # and kept dimensions are printed): where the natural sweeps climb higher, ARD switches off more
 # dimensions and packs ten classes into fewer of them, while the L-BFGS fit, stopped lower,
 # keeps more. On the full 5-fold digits experiment
-# (`bench/gplvm_experiments.py`, 500 digits, 1000 sweeps or steps) the fits with the higher
+# (`experiments/gplvm.py`, 500 digits, 1000 sweeps or steps) the fits with the higher
 # bound kept fewer dimensions and classified worse by 1-NN: with the RBF latent prior the natural
 # fits reached a mean bound of 4862 with 2 to 4 dimensions kept and 86% 1-NN accuracy, the L-BFGS
-# fits -2929 with 7 to 10 dimensions and 96% (`bench/results/gplvm_experiments.log` and
-# `gplvm_experiments_lbfgs.log`). The bound is the right yardstick for comparing *models of the
+# fits -2929 with 7 to 10 dimensions and 96% (`experiments/results/gplvm_experiments.json` and
+# `gplvm_experiments_lbfgs.json`). The bound is the right yardstick for comparing *models of the
 # same labels* (next cell); test accuracy remains the yardstick for a classifier, so measure it.
 #
 # **Choosing $Q$ by the bound.** The bound approximates $\log p(Z \mid Y)$, so it can rank

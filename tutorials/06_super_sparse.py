@@ -350,7 +350,7 @@ print("best:", search.best_params_, f"cross-validated accuracy {search.best_scor
 #   the repulsion.
 # * $m$ can be chosen by validation (8) or by the ELBO of an ARD RVM over the prototypes,
 #   compared with `ppl_sbl.compare` like every other model in the library.
-# * `bench/super_sparse_experiments.py` runs the full comparison on digits (all ten classes,
+# * `experiments/super_sparse.py` runs the full comparison on digits (all ten classes,
 #   m = 1 to 10, against random, k-medoids and border prototypes) and on regression problems.
 #
 # **Try it:** change the client digit; fit directly to the labels instead of the SVM's decision

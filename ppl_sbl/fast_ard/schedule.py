@@ -526,8 +526,8 @@ def _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress)
       the plain update's point: the factor relocated to the step's end, q(w) updated, the result
       kept only if its ELBO is at least the plain update's (event NEWTON in the trace), else the
       plain update restored. While coefficients are being added the plain path is kept: Newton
-      steps from a small model jump to its optimum and can leave later coefficients unsupported
-      (measured on digits: a local optimum 22 nats lower).
+      steps from a small model jump to its optimum and can leave later coefficients unsupported,
+      ending in a lower local optimum.
     """
     C = int(factor.num_outputs)
     if C < 1:

@@ -1,4 +1,5 @@
-"""Grid relevance vector machines for table-shaped features (Kropotov et al.).
+"""Grid relevance vector machines for table-shaped features (Kropotov, Vetrov, Wolf & Hassner,
+"Variational relevance vector machine for tabular data", ACML 2010; equation numbers are theirs).
 
 Each object is a table X_n of shape (M1, M2) (or (M1, ..., MK)), flattened in C order to the
 basis vector phi_n (weight k = i * M2 + j). One precision per row (alpha_i) and per column

@@ -1,0 +1,1 @@
+"""Reproductions of the papers' experiments: scripts run as ``python experiments/<name>.py`` (see README.md)."""

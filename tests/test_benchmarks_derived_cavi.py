@@ -1,0 +1,15 @@
+"""The derived-CAVI speed benchmark (benchmarks/derived_cavi.py) runs in quick mode; the two guides it
+times agree (no timing is asserted)."""
+from scripts import run_script
+
+
+def test_derived_cavi_bench_quick(tmp_path):
+    proc, record = run_script("benchmarks/derived_cavi.py", "--quick", "--out", tmp_path / "r.json",
+                              record=tmp_path / "r.json")
+    rows = record["rows"]
+    assert {(r["model"], r["N"]) for r in rows} == {(m, n) for m in ("rvm_regression", "rvm_classification",
+                                                                      "p_grid_regression")
+                                                    for n in record["args"]["sizes"]}
+    for r in rows:
+        assert r["hand_seconds"] > 0 and r["derived_seconds"] > 0
+        assert r["elbo_relative_difference"] < 1e-10  # the same sweeps were timed
