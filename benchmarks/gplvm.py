@@ -19,18 +19,18 @@ Per N:
   variances, section 5.4: O(Q N^3));
 * the floor for the gradient: (S_q o S_q) g needs every entry of S_q = A^-1 (I - B_q^-1) A^-1,
   so B_q^-1 in full: LAPACK's potrf then potri (N^3 flops against the Cholesky's N^3 / 3), as
-  the bound computes it (``gplvm._host_inverse``, B_q built in place);
+  the bound computes it (``linalg.host_inverse_and_logdet``, B_q built in place);
 * the ratio bound-and-gradient / JAX Cholesky (the goal: at most 3 at every N, for the medians and
   for the minima), the ratios to the
   other references, the inverse's own ratio to JAX's Cholesky, and the log-log slope of each time
   in N.
 
 * what the natural-gradient fit (the default) evaluates instead: the bound and its gradient in
-  q(X)'s means and marginal variances and the hyperparameters (``gplvm._NaturalProblem``: one
+  q(X)'s means and marginal variances and the hyperparameters (``gplvm.natural.NaturalProblem``: one
   Cholesky factor and its inverse per latent dimension, no B_q^-1 in full; up to N =
-  ``gplvm._DEVICE_FACTOR_MAX_N`` (512) as one compiled JAX program for all of them,
-  ``gplvm._device_factor`` (a blocked Cholesky factorisation and inverse, batched matrix products
-  around small LAPACK calls), above it by LAPACK from the host, ``gplvm._host_factor``; where the
+  ``linalg.DEVICE_FACTOR_MAX_N`` (512) as one compiled JAX program for all of them,
+  ``linalg.device_factor`` (a blocked Cholesky factorisation and inverse, batched matrix products
+  around small LAPACK calls), above it by LAPACK from the host, ``linalg.host_factor``; where the
   routes cross: ``benchmarks/gplvm_crossover.py``), its ratio to JAX's
   Cholesky, and its two parts: q(X)'s moments (the N x N work) and the data term's value and
   gradient (the Psi statistics); beside them LAPACK's trtri over its potrf on the same matrices
@@ -39,14 +39,14 @@ Per N:
 * the floor under the natural evaluation: its LAPACK calls alone, per latent dimension B_q copied
   into a Fortran-ordered buffer, factorised (dpotrf) and its factor inverted (the evaluation does
   this to C_q = K + Lambda_q^-1 = A^-1 B_q A^-1, the same work on a rescaled matrix)
-  (``gplvm._triangular_inverse``), in place, with nothing else; and
+  (``linalg.triangular_inverse``), in place, with nothing else; and
   the floor ratio (floor + the data term) / JAX's Cholesky, of medians and of minima. q(X)'s
   variances need diag(B_q^-1), so the triangular inverse's N^3 / 3 flops on top of the
   factorisation's. This is the floor of the host route, one LAPACK call after another; the
   compiled route can go below it (batched calls for the Cholesky factorisations and the inverses
   of small blocks, the rest in batched matrix products);
 * the compiled route's floor (N <= 512 only): its blocked Cholesky factorisations and inverses
-  (``gplvm._stacked_cholesky_inverse``) with their squared column norms, one compiled program and
+  (``linalg.stacked_cholesky_inverse``) with their squared column norms, one compiled program and
   nothing else, plus
   the data term, over JAX's Cholesky, of medians and of minima: what the evaluation would cost with
   no glue between its two parts. Where it is above 3, cutting overhead cannot meet the goal; only a
@@ -71,7 +71,7 @@ Usage::
 (one BLAS thread for the record: JAX's batched Cholesky runs one factorisation after the other,
 and so does the bound. Not pinned to one core: with one core the exact gradient
 has no thread left for its LAPACK callback and takes JAX's slower route, see
-``gplvm._host_lapack``.)
+``linalg.use_host_lapack``.)
 """
 from __future__ import annotations
 
@@ -150,6 +150,7 @@ def time_size(N, args):
     import scipy.linalg.lapack as lapack
 
     from ppl_sbl import sparse_gp as sg
+    from ppl_sbl import linalg
     from ppl_sbl.models import gplvm
 
     free, fixed, Y, Z, _ = problem(N, args)
@@ -162,14 +163,14 @@ def time_size(N, args):
 
     # the matrices the bound factorises
     prior = {k: jnp.exp(v) for k, v in fixed["log_prior"].items()}
-    K = gplvm._prior_cov(Y, "rbf", prior, sg.JITTER)
+    K = gplvm.programs.prior_cov(Y, "rbf", prior, sg.JITTER)
     lam = gplvm.precisions(K, free["log_lam"])
     B, chol = cholesky_reference(K, lam.T)
     Bn = np.asarray(B)
     # what the natural-gradient fit evaluates: the bound and its gradient in (mu, diag S) and the
     # hyperparameters (one Cholesky factorisation and one triangular inverse per latent dimension)
     # (K_Y and the compiled data term are built once per fit, as in the fit)
-    prob = gplvm._NaturalProblem(free, fixed, Y, Z, prior_kernel="rbf", jitter=sg.JITTER)
+    prob = gplvm.natural.NaturalProblem(free, fixed, Y, Z, prior_kernel="rbf", jitter=sg.JITTER)
     hyper = {k: v for k, v in free.items() if k not in ("mubar", "log_lam")}
     mubar0, lam0 = np.asarray(free["mubar"]), np.asarray(lam)
 
@@ -193,7 +194,7 @@ def time_size(N, args):
         for b, w in zip(Bf, work):
             w[...] = b
             c, _ = lapack.dpotrf(w, lower=1, clean=1, overwrite_a=1)
-            gplvm._triangular_inverse(c)
+            linalg.triangular_inverse(c)
 
     timed = {
         "chol": lambda: jax.block_until_ready(chol(B)),
@@ -202,21 +203,21 @@ def time_size(N, args):
         "v": lambda: jax.block_until_ready(value(free, fixed, Y, Z)),
         "potrf": lambda: [lapack.dpotrf(b, lower=1, clean=0) for b in Bn],
         # the floor for what the exact gradient needs: (S o S) g uses every entry of S_q, i.e. B_q^-1 in full
-        "inverse": lambda: gplvm._host_inverse(Kn, lamT),
+        "inverse": lambda: linalg.host_inverse_and_logdet(Kn, lamT),
         "moments": lambda: prob.moments(mubar0, lam0),
         "data": lambda: jax.block_until_ready(prob.gradient(mu0, var0, hyper)),
         "trtri": lambda: [lapack.dtrtri(c, lower=1) for c in factors],
         "floor": lapack_floor,
     }
-    # the compiled route's floor (N <= gplvm._DEVICE_FACTOR_MAX_N, where the fit takes that route): its
+    # the compiled route's floor (N <= linalg.DEVICE_FACTOR_MAX_N, where the fit takes that route): its
     # blocked Cholesky factorisations of C_q = K + Lambda_q^-1 and the inverses of their factors
-    # (gplvm._stacked_cholesky_inverse) with their squared column norms, one compiled
+    # (linalg.stacked_cholesky_inverse) with their squared column norms, one compiled
     # program with nothing else; with the data term added, what the evaluation costs without any glue
     # between its two parts (moving K mubar, the variances and the KL term from host to device)
-    compiled = N <= gplvm._DEVICE_FACTOR_MAX_N
+    compiled = N <= linalg.DEVICE_FACTOR_MAX_N
     if compiled:
         C = K[None] + (1.0 / lam.T)[:, :, None] * jnp.eye(N)[None]
-        compiled_factor = jax.jit(lambda C: jnp.sum(gplvm._stacked_cholesky_inverse(C)[0] ** 2, 1))
+        compiled_factor = jax.jit(lambda C: jnp.sum(linalg.stacked_cholesky_inverse(C)[0] ** 2, 1))
         timed["compiled_floor"] = lambda: jax.block_until_ready(compiled_factor(C))
     flops = arithmetic(N, args.latent_dim, args.num_inducing)
     # XLA's own count of the compiled data term (value and gradient), beside the lower bound above
@@ -304,7 +305,7 @@ def main(argv=None):
         p.error("--fit-steps needs one value per --fit-sizes")
     import jax
 
-    from ppl_sbl.models import gplvm
+    from ppl_sbl import linalg
 
     env = environment("sklearn")
     log(f"# GPLVM benchmark  {env['date']}  backend={jax.default_backend()}  cpus={env['cpu_count']}  "
@@ -314,7 +315,7 @@ def main(argv=None):
         "medians, minima | exact: / chol JAX  / potrf  / inverse | inverse / chol JAX | natural's parts / chol JAX: moments, data "
         "term | LAPACK trtri / potrf | floor (LAPACK's potrf + triangular inverse, + data term) / chol JAX: medians, "
         "minima | compiled floor (blocked Cholesky and inverse, + data term; N <= "
-        f"{gplvm._DEVICE_FACTOR_MAX_N}) / chol JAX: medians, minima | flops (potrf + triangular inverse per "
+        f"{linalg.DEVICE_FACTOR_MAX_N}) / chol JAX: medians, minima | flops (potrf + triangular inverse per "
         "latent dimension, + the Psi2 products) / the Cholesky's")
     out = args.out.replace(".json", "_quick.json") if args.quick else args.out
     record = {"benchmark": "supervised GPLVM bound and gradient vs Q Cholesky factorisations", "environment": env,

@@ -8,7 +8,7 @@ in a fresh process, and records per N the spread over the runs of both ratios it
 medians over the rounds, and of the minima (each function's undisturbed cost); beside them the
 floor's ratio of minima (``benchmarks/gplvm.py``: the evaluation's LAPACK calls alone plus its data
 term), which says whether a run's reference left room for 3x at all, and the compiled route's
-floor (N <= ``gplvm._DEVICE_FACTOR_MAX_N``: its blocked Cholesky factorisations and inverses alone,
+floor (N <= ``linalg.DEVICE_FACTOR_MAX_N``: its blocked Cholesky factorisations and inverses alone,
 plus the data term). The record keeps each statistic's values over the processes and their
 summary, not the processes' times.
 

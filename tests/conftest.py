@@ -19,10 +19,6 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _CACHE_MADE_HERE = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="ppl-sbl-xla-cache-")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
-# The tests' computations are small: LLVM's optimisation passes cost more than they save, so the
-# tests compile at level 0 (users' runs, and the benchmarks' records, keep XLA's default).
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 
 import jax
 import numpy as np

@@ -94,7 +94,7 @@ def test_arithmetic_floor_counts_the_bulk_of_the_data_term():
     bench = script_module("benchmarks.gplvm")
     args = argparse.Namespace(latent_dim=20, num_inducing=30, seed=0)
     free, fixed, Y, Z, _ = bench.problem(100, args)
-    prob = gplvm._NaturalProblem(free, fixed, Y, Z, prior_kernel="rbf", jitter=sg.JITTER)
+    prob = gplvm.natural.NaturalProblem(free, fixed, Y, Z, prior_kernel="rbf", jitter=sg.JITTER)
     hyper = {k: v for k, v in free.items() if k not in ("mubar", "log_lam")}
     lam = np.asarray(gplvm.precisions(prob.K, free["log_lam"]))
     _, mu, var, _ = prob.moments(np.asarray(free["mubar"]), lam)
@@ -118,11 +118,11 @@ def test_spread_summary_is_none_where_a_run_lacks_the_statistic():
 def test_gplvm_crossover_quick(tmp_path):
     """The routes' bench: both routes agree, each ratio is its recorded times' ratio, the faster
     route is the one with the smaller time, and the fit's route follows _DEVICE_FACTOR_MAX_N."""
-    from ppl_sbl.models import gplvm
+    from ppl_sbl import linalg
 
     _, record = run_script("benchmarks/gplvm_crossover.py", "--quick", "--out", tmp_path / "c.json",
                            record=tmp_path / "c_quick.json")
-    assert record["device_factor_max_n"] == gplvm._DEVICE_FACTOR_MAX_N
+    assert record["device_factor_max_n"] == linalg.DEVICE_FACTOR_MAX_N
     assert [r["n"] for r in record["rows"]] == [50, 100]
     for r in record["rows"]:
         assert r["routes_diag_inverse_max_relative_difference"] < 1e-10
@@ -132,4 +132,4 @@ def test_gplvm_crossover_quick(tmp_path):
             assert 0 < r[f"{route}_min_seconds"] <= r[f"{route}_seconds"]
         assert r["faster_by_medians"] == ("device" if r["device_seconds"] < r["host_seconds"] else "host")
         assert r["faster_by_minima"] == ("device" if r["device_min_seconds"] < r["host_min_seconds"] else "host")
-        assert r["fit_takes"] == ("device" if r["n"] <= gplvm._DEVICE_FACTOR_MAX_N else "host")
+        assert r["fit_takes"] == ("device" if r["n"] <= linalg.DEVICE_FACTOR_MAX_N else "host")

@@ -14,7 +14,7 @@ LOG_2PI = math.log(2.0 * math.pi)
 _NEWTON_STEPS = 6
 
 
-def _hyper(a0, b0):
+def check_hyperparameters(a0, b0):
     """Validated (a0, b0): both > 0, or both 0 (Tipping & Faul's limit)."""
     a0, b0 = float(a0), float(b0)
     if not (math.isfinite(a0) and math.isfinite(b0)) or a0 < 0 or b0 < 0:
@@ -49,7 +49,7 @@ def in_model_value(x, s, q, a0, b0):
     -------
     array, 1/2 q^2/(x + s) - 1/2 ln(1 + s/x) + a0 ln x - b0 x (broadcast shape).
     """
-    a0, b0 = _hyper(a0, b0)
+    a0, b0 = check_hyperparameters(a0, b0)
     x, s, q = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (x, s, q)))
     with np.errstate(divide="ignore"):
         return 0.5 * q * q / (x + s) - 0.5 * np.log1p(s / x) + _prior_part(x, a0, b0)
@@ -68,7 +68,7 @@ def frozen_value(x, h, a0, b0):
     -------
     array, -1/2 ln(1 + h/x) + a0 ln x - b0 x.
     """
-    a0, b0 = _hyper(a0, b0)
+    a0, b0 = check_hyperparameters(a0, b0)
     x, h = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (x, h)))
     with np.errstate(divide="ignore"):
         return -0.5 * np.log1p(h / x) + _prior_part(x, a0, b0)
@@ -156,7 +156,7 @@ def in_model_optimum(s, q, a0, b0):
     x : array, the maximiser (``inf`` only when a0 = b0 = 0).
     value : array, f_in(x).
     """
-    a0, b0 = _hyper(a0, b0)
+    a0, b0 = check_hyperparameters(a0, b0)
     s, q = np.broadcast_arrays(np.asarray(s, dtype=np.float64), np.asarray(q, dtype=np.float64))
     if not (np.all(np.isfinite(s)) and np.all(s >= 0)):
         raise ValueError("`s` (the leave-one-out precision) must be finite and >= 0.")
@@ -217,7 +217,7 @@ def frozen_optimum(h, a0, b0):
     -------
     x, value : arrays.
     """
-    a0, b0 = _hyper(a0, b0)
+    a0, b0 = check_hyperparameters(a0, b0)
     h = np.asarray(h, dtype=np.float64)
     if not (np.all(np.isfinite(h)) and np.all(h >= 0)):
         raise ValueError("`h` (the data precision) must be finite and >= 0.")
@@ -231,7 +231,7 @@ def frozen_optimum(h, a0, b0):
     return x, frozen_value(x, h, a0, b0)
 
 
-def _in_model_change(x, x_new, s, q, a0, b0):
+def in_model_change(x, x_new, s, q, a0, b0):
     """f_in(x_new) - f_in(x) written without the cancellation of the two values (both finite)."""
     step = x_new - x
     out = 0.5 * (-q * q * step / ((x_new + s) * (x + s)) - np.log1p(step / (x + s)) + np.log1p(step / x))
@@ -249,7 +249,7 @@ def _frozen_change(x, x_new, h, a0, b0):
     return out
 
 
-def _gamma_prior_and_entropy(shape, rate, a0, b0):
+def gamma_prior_and_entropy(shape, rate, a0, b0):
     """sum of E_q[ln Gamma(x | a0, b0)] + H[Gamma(shape, rate)]; a0 = b0 = 0 drops the improper
     prior's infinite normaliser a0 ln b0 - ln Gamma(a0), keeping -E[ln x]."""
     mean, mean_log = shape / rate, digamma(shape) - np.log(rate)
@@ -260,7 +260,7 @@ def _gamma_prior_and_entropy(shape, rate, a0, b0):
     return float(np.sum(log_prior + entropy))
 
 
-def _w_alpha_terms(active, mu, Sigma, frozen_var, alpha_shape, alpha_rate, a0, b0):
+def w_alpha_terms(active, mu, Sigma, frozen_var, alpha_shape, alpha_rate, a0, b0):
     """E[ln p(w|alpha)] + E[ln p(alpha)] + H[q(w)] + H[q(alpha)] over all M coefficients."""
     M = alpha_shape.shape[0]
     second = np.array(frozen_var, dtype=np.float64)
@@ -272,4 +272,4 @@ def _w_alpha_terms(active, mu, Sigma, frozen_var, alpha_shape, alpha_rate, a0, b
     frozen[active] = False
     log_det = (np.linalg.slogdet(Sigma)[1] if len(active) else 0.0) + np.sum(np.log(frozen_var[frozen]))
     entropy_w = 0.5 * M * (1.0 + LOG_2PI) + 0.5 * log_det
-    return log_p_w + _gamma_prior_and_entropy(alpha_shape, alpha_rate, a0, b0) + entropy_w
+    return log_p_w + gamma_prior_and_entropy(alpha_shape, alpha_rate, a0, b0) + entropy_w

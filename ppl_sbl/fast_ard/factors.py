@@ -10,7 +10,7 @@ import math
 import numpy as np
 from scipy.special import digamma, log_expit
 
-from .algebra import LOG_2PI, _gamma_prior_and_entropy
+from .algebra import LOG_2PI, gamma_prior_and_entropy
 
 __all__ = ["GaussianNoise", "JaakkolaJordan", "RobustJaakkolaJordan", "RobustGaussianNoise", "MultinomialProbit"]
 
@@ -61,7 +61,7 @@ class GaussianNoise:
         e_log_gamma = digamma(self.e) - math.log(self.f)
         N = self.t.shape[0]
         return float(0.5 * N * (e_log_gamma - LOG_2PI) - 0.5 * e_gamma * self._square_error(moments)
-                     + _gamma_prior_and_entropy(np.asarray([self.e]), np.asarray([self.f]), self.e0, self.f0))
+                     + gamma_prior_and_entropy(np.asarray([self.e]), np.asarray([self.f]), self.e0, self.f0))
 
 
 class JaakkolaJordan:
@@ -125,7 +125,7 @@ class RobustJaakkolaJordan(JaakkolaJordan):
         terms of the bound (17) of Hwang & Jeong."""
         shape = np.full_like(self.omega_rate, self.c)
         return float(np.sum(self._omega() * self.pointwise(moments))
-                     + _gamma_prior_and_entropy(shape, self.omega_rate, self.c, self.d))
+                     + gamma_prior_and_entropy(shape, self.omega_rate, self.c, self.d))
 
 
 class RobustGaussianNoise:
@@ -168,8 +168,8 @@ class RobustGaussianNoise:
         e_log_omega = digamma(self.omega_shape) - np.log(self.omega_rate)
         log_lik = 0.5 * np.sum(e_log_gamma + e_log_omega - LOG_2PI) - 0.5 * e_gamma * np.sum(
             e_omega * self._square_errors(moments))
-        return float(log_lik + _gamma_prior_and_entropy(np.asarray([self.e]), np.asarray([self.f]), self.e0, self.f0)
-                     + _gamma_prior_and_entropy(self.omega_shape, self.omega_rate, self.c, self.d))
+        return float(log_lik + gamma_prior_and_entropy(np.asarray([self.e]), np.asarray([self.f]), self.e0, self.f0)
+                     + gamma_prior_and_entropy(self.omega_shape, self.omega_rate, self.c, self.d))
 
 
 class MultinomialProbit:

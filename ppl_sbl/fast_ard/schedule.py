@@ -10,8 +10,8 @@ import numpy as np
 import scipy.linalg
 
 from .. import gaussian as G
-from .algebra import (_hyper, _in_model_change, _w_alpha_terms, frozen_optimum, frozen_value, in_model_optimum,
-                      in_model_value)
+from .algebra import (check_hyperparameters, frozen_optimum, frozen_value, in_model_change, in_model_optimum,
+                      in_model_value, w_alpha_terms)
 
 __all__ = ["LOG_ALPHA_TOL", "MAX_ALIGNMENT", "ADD", "REESTIMATE", "UPDATE", "NEWTON", "Moments", "FastFit",
            "MultiFastFit",
@@ -229,7 +229,7 @@ class _Schedule:
         K = self.K
         gain = np.empty(len(candidates))
         with np.errstate(invalid="ignore", divide="ignore"):
-            gain[:K] = _in_model_change(xc[:K], x_in[:K], sc[:K], qc[:K], self.a0, self.b0)
+            gain[:K] = in_model_change(xc[:K], x_in[:K], sc[:K], qc[:K], self.a0, self.b0)
             if self.b0 == 0:
                 gain[:K] = np.where(np.isfinite(x_in[:K]), gain[:K], value_in[:K] - in_model_value(
                     xc[:K], sc[:K], qc[:K], self.a0, self.b0))
@@ -304,7 +304,7 @@ class _Schedule:
         """E[ln p(w|alpha)] + E[ln p(alpha)] + H[q(w)] + H[q(alpha)] of this fit's coefficients."""
         K = self.K
         shape = np.full(self.x.shape[0], self.a0 + 0.5)
-        return _w_alpha_terms(self.active, self.mu[:K], self.Sigma[:K, :K], 1.0 / (self.x + self.h), shape,
+        return w_alpha_terms(self.active, self.mu[:K], self.Sigma[:K, :K], 1.0 / (self.x + self.h), shape,
                               shape / self.x, self.a0, self.b0)
 
     def supported(self):
@@ -354,7 +354,7 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
     -------
     FastFit (MultiFastFit for a factor with several outputs).
     """
-    a0, b0 = _hyper(a0, b0)
+    a0, b0 = check_hyperparameters(a0, b0)
     if not (tol > 0):
         raise ValueError(f"`tol` must be > 0; got {tol!r}.")
     if getattr(factor, "num_outputs", None) is not None:

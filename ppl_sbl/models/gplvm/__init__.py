@@ -47,10 +47,6 @@ The batched factorisations of B_q are :mod:`ppl_sbl.linalg`'s.
 """
 from __future__ import annotations
 
-from ppl_sbl import linalg as _linalg
-
-from . import natural as _natural
-from . import programs as _programs
 from .collapsed import bound
 from .fitting import OPTIMIZERS, fit, initial_parameters
 from .latent import LAMBDA_FLOOR, latent_posterior, precisions  # noqa: F401 (public, not in __all__)
@@ -73,14 +69,3 @@ __all__ = [
     "OPTIMIZERS",
     "PRIOR_KERNELS",
 ]
-
-# bench aliases, removed when bench/ uses ppl_sbl.linalg (and the public names of the package's files)
-_host_inverse = _linalg.host_inverse_and_logdet  # bench alias, removed when bench/ uses ppl_sbl.linalg
-_host_lapack = _linalg.use_host_lapack  # bench alias, removed when bench/ uses ppl_sbl.linalg
-_triangular_inverse = _linalg.triangular_inverse  # bench alias, removed when bench/ uses ppl_sbl.linalg
-_host_factor = _linalg.host_factor  # bench alias, removed when bench/ uses ppl_sbl.linalg
-_stacked_cholesky_inverse = _linalg.stacked_cholesky_inverse  # bench alias, removed when bench/ uses ppl_sbl.linalg
-_device_factor = _linalg.device_factor  # bench alias, removed when bench/ uses ppl_sbl.linalg
-_DEVICE_FACTOR_MAX_N = _linalg.DEVICE_FACTOR_MAX_N  # bench alias, removed when bench/ uses ppl_sbl.linalg
-_NaturalProblem = _natural.NaturalProblem  # bench alias, removed when bench/ uses ppl_sbl.linalg
-_prior_cov = _programs.prior_cov  # bench alias, removed when bench/ uses ppl_sbl.linalg
