@@ -199,12 +199,12 @@ def test_elbo_equals_monte_carlo_at_a_non_optimal_state(small_fits):
     """Three sweeps from the start, then q(y)'s location moved off E[W]^T phi and q(alpha) off its
     update: the general expression of the ELBO (m~ != m) against Trace_ELBO."""
     Phi, t = small_fits["Phi"], small_fits["t"]
-    from ppl_sbl import inference
+    from ppl_sbl import engine
 
     g = rvm.MULTICLASS_GUIDE
-    data = inference._strong(g.prepare(Phi, t))
-    state = inference._strong(g.init(data))
-    sweep = inference._compiled_sweep(g)  # the sweep the fixture's fits compiled
+    data = engine.strong(g.prepare(Phi, t))
+    state = engine.strong(g.init(data))
+    sweep = engine.compiled_step(g)  # the sweep the fixture's fits compiled
     for _ in range(3):
         state, _ = sweep(state, data)
     r = np.random.default_rng(4)

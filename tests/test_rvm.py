@@ -255,15 +255,15 @@ def test_jitted_plain_and_vmapped_fits_agree():
 
 
 def test_run_drives_the_compiled_loop_with_few_host_round_trips(monkeypatch):
-    """CAVI.run hands control back to Python only every ``_CHUNK`` sweeps or where it has a
+    """CAVI.run hands control back to Python only every ``engine.CHUNK`` sweeps or where it has a
     decision to make (a pruning check): without pruning its trace is the pure compiled loop's
     (``ppl_sbl.fit`` recording its trace), sweep for sweep, in a handful of compiled calls."""
-    from ppl_sbl import inference
+    from ppl_sbl import engine
 
     d = ppl_sbl.datasets.sinc(n_train=40, seed=3)
     Phi, t = ppl_sbl.basis.rbf(d.X_train, delta=5.55, bias=True), d.t_train
     calls = []
-    real = inference._compiled_chunk
+    real = engine.compiled_chunk
 
     def counting(guide):
         fn = real(guide)
@@ -274,14 +274,14 @@ def test_run_drives_the_compiled_loop_with_few_host_round_trips(monkeypatch):
 
         return wrapped
 
-    monkeypatch.setattr(inference, "_compiled_chunk", counting)
+    monkeypatch.setattr(engine, "compiled_chunk", counting)
     res = _cavi(rvm.regression, Phi, t, tol=1e-12, prune=False, max_sweeps=3000)
-    data = inference._strong(rvm.REGRESSION_GUIDE.prepare(Phi, t))
+    data = engine.strong(rvm.REGRESSION_GUIDE.prepare(Phi, t))
     _, _, sweeps, _, trace = jax.jit(
-        lambda d: inference._fit_loop(rvm.REGRESSION_GUIDE, d, 1e-12, 3000, None, record=True))(data)
-    assert res.num_sweeps == int(sweeps) > inference._CHUNK
+        lambda d: engine.fit_loop(rvm.REGRESSION_GUIDE, d, 1e-12, 3000, None, record=True))(data)
+    assert res.num_sweeps == int(sweeps) > engine.CHUNK
     np.testing.assert_allclose(res.elbo_trace, np.asarray(trace)[:int(sweeps)], rtol=1e-12)
-    assert len(calls) == -(-res.num_sweeps // inference._CHUNK)
+    assert len(calls) == -(-res.num_sweeps // engine.CHUNK)
     calls.clear()
     pruned = _cavi(rvm.regression, Phi, t, tol=1e-12, max_sweeps=3000)
     assert np.all(np.diff(pruned.elbo_trace) >= -1e-9 * np.abs(pruned.elbo_trace[1:]))

@@ -4,7 +4,7 @@ For each scale, two fits:
 
 * with the default hyperpriors: the ELBO trace never falls by more than rounding, and a fit that
   says it ``converged`` is at a fixed point: one more sweep from its final state moves the state
-  (:func:`ppl_sbl.inference._state_change`: prior and data precisions, relative) by a small
+  (:func:`ppl_sbl.engine.state_change`: prior and data precisions, relative) by a small
   fraction and the ELBO by at most about ``tol``. Gamma(1e-6, 1e-6) hyperpriors are not
   scale-free (b0 = 1e-6 caps E[alpha] near 5e5, which is not vague once Phi is scaled by 1e6),
   so the fits are compared with the unscaled one only where the hyperpriors stay vague: designs
@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import ppl_sbl
-from ppl_sbl import inference
+from ppl_sbl import engine
 from ppl_sbl.models import grid_rvm, robust_rvm, rvm
 
 SCALES = (1e-6, 1e-3, 1.0, 1e3, 1e6)
@@ -105,7 +105,7 @@ def _check_fixed_point(res, what, state_bound, elbo_bound):
         return
     g, data, state = res.guide_spec, res.data, res.state
     after = g.update(state, data)
-    moved = float(inference._state_change(inference._summary(g, state, data), inference._summary(g, after, data)))
+    moved = float(engine.state_change(engine.summary(g, state, data), engine.summary(g, after, data)))
     assert moved <= state_bound, (what, moved)
     before, now = float(g.elbo(state, data)), float(g.elbo(after, data))
     assert abs(now - before) <= elbo_bound * abs(now) + 1e-10, (what, now - before)

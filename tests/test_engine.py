@@ -1,0 +1,64 @@
+"""The CAVI engine in layers: ``init``/``step`` are the sweeps ``run`` and ``fit`` make; each
+guide keeps its own compiled functions."""
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+
+import ppl_sbl
+from ppl_sbl import basis, datasets, engine
+from ppl_sbl.models import rvm
+
+
+@pytest.fixture(scope="module")
+def problem():
+    d = datasets.sinc(50, noise=0.1, seed=3)
+    return basis.rbf(d.X_train, delta=1.0, bias=True), d.t_train
+
+
+def test_init_and_step_make_the_sweeps_of_run(problem):
+    Phi, t = problem
+    cavi = ppl_sbl.CAVI(rvm.regression, prune=False, max_sweeps=12, progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ppl_sbl.ConvergenceWarning)
+        result = cavi.run(Phi, t)
+    state, data = cavi.init(Phi, t)
+    values = []
+    for _ in range(12):
+        state, value = cavi.step(state, data)
+        values.append(float(value))
+    np.testing.assert_allclose(values, result.elbo_trace, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(state.w.mean), np.asarray(result.state.w.mean), rtol=1e-10, atol=1e-12)
+    assert np.all(np.diff(values) >= -1e-9 * np.abs(values[1:]))
+
+
+def test_fit_reaches_the_fixed_point_that_run_reaches_without_pruning(problem):
+    Phi, t = problem
+    result = ppl_sbl.CAVI(rvm.regression, prune=False, progress_bar=False).run(Phi, t)
+    cavi = ppl_sbl.CAVI(rvm.regression)
+    _, data = cavi.init(Phi, t)
+    state, elbo, sweeps, converged = engine.fit(rvm.REGRESSION_GUIDE, data)
+    assert bool(converged) and result.converged
+    assert int(sweeps) == result.num_sweeps
+    assert float(elbo) == pytest.approx(result.elbo, rel=1e-12)
+
+
+def test_step_needs_init_first():
+    with pytest.raises(RuntimeError, match="init"):
+        ppl_sbl.CAVI(rvm.regression).step(None, None)
+
+
+def test_a_guide_keeps_its_compiled_functions(problem):
+    g = rvm.REGRESSION_GUIDE
+    assert engine.compiled_step(g) is engine.compiled_step(g)
+    other = g.replace(bound="none")
+    assert other.update is g.update and engine.compiled_step(other) is not engine.compiled_step(g)
+    # what is stored of a guide is its functions, not what it compiled
+    back = pickle.loads(pickle.dumps(g))
+    assert back.update is g.update and back.prepare is g.prepare
+    Phi, t = problem
+    cavi = ppl_sbl.CAVI(rvm.regression)
+    state, data = cavi.init(Phi, t)
+    np.testing.assert_allclose(float(engine.compiled_step(back)(state, data)[1]),
+                               float(cavi.step(state, data)[1]), rtol=1e-13)
