@@ -248,7 +248,7 @@ def test_edited_models_elbo_monotone_exact_and_close_to_nuts(name):
     assert np.all(np.diff(trace) >= -1e-9 * np.abs(trace[1:]))
     check = ppl_sbl.check_guide(res, num_particles=4000)
     assert check.passed, check.message
-    mcmc = MCMC(NUTS(model), num_warmup=600, num_samples=1500, progress_bar=False)
+    mcmc = MCMC(NUTS(model), num_warmup=500, num_samples=1000, progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), *args, **kwargs)
     w = np.asarray(mcmc.get_samples()["w"])
     # mean field gets the posterior means of the weights to well within their posterior spread
