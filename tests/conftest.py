@@ -57,15 +57,25 @@ def pytest_unconfigure(config):
         shutil.rmtree(_CACHE_MADE_HERE, ignore_errors=True)
 
 
-@pytest.fixture(autouse=True, scope="module")
+_MAX_MAPPINGS = 30000  # about half of the usual vm.max_map_count (65530)
+
+
+@pytest.fixture(autouse=True)
 def _free_compiled_programs():
-    """Free each test module's compiled programs once it has run: every compiled CPU program maps
-    its code into the process, and a worker that runs many modules would otherwise reach the
-    kernel's limit on memory mappings (vm.max_map_count), where the compiler aborts."""
+    """Free the compiled programs after a test if the process holds many memory mappings: every
+    compiled CPU program maps its code into the process, and a worker that runs many tests would
+    otherwise reach the kernel's limit (vm.max_map_count), where the compiler aborts. Below the
+    mark the programs stay, for the next tests that compile the same ones."""
     yield
-    import gc
+    try:
+        with open("/proc/self/maps") as fh:
+            mappings = sum(1 for _ in fh)
+    except OSError:  # not Linux: free them every time
+        mappings = _MAX_MAPPINGS
+    if mappings >= _MAX_MAPPINGS:
+        import gc
 
-    import jax
+        import jax
 
-    jax.clear_caches()
-    gc.collect()
+        jax.clear_caches()
+        gc.collect()
