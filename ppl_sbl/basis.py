@@ -185,14 +185,21 @@ class SparseDictionary(_MatrixDictionary):
         import scipy.sparse as sp
 
         self.D = sp.csc_matrix(D, dtype=np.float64)
-        self._rows = sp.csr_matrix(self.D)
+        self.D_rows = sp.csr_matrix(self.D)  # the same matrix stored by rows, for row access
         self.shape = self.D.shape
+
+    def __setstate__(self, fields):
+        import scipy.sparse as sp
+
+        fields = {k: v for k, v in fields.items() if k != "_rows"}
+        self.__dict__.update(fields)
+        self.D_rows = sp.csr_matrix(self.D)
 
     def columns(self, idx):
         return self.D[:, np.asarray(idx, dtype=np.int64).reshape(-1)].toarray()
 
     def rows(self, idx):
-        return self._rows[np.asarray(idx, dtype=np.int64).reshape(-1)].toarray()
+        return self.D_rows[np.asarray(idx, dtype=np.int64).reshape(-1)].toarray()
 
     def weighted_sq_norms(self, weights):
         return np.asarray(self.D.multiply(self.D).T @ np.asarray(weights, dtype=np.float64)).reshape(-1)

@@ -135,7 +135,7 @@ class Design:
         is sparse, else None."""
         if not isinstance(self.dictionary, _basis.SparseDictionary):
             return None
-        parts = [self.dictionary._rows[self.point_rows]]
+        parts = [self.dictionary.D_rows[self.point_rows]]
         if len(self.extra):
             parts.append(scipy.sparse.csr_matrix(self.extra))
         stacked = scipy.sparse.vstack(parts, format="csr")
