@@ -10,17 +10,20 @@ import jax as _jax
 
 _jax.config.update("jax_enable_x64", True)
 
-from . import basis, bounds, datasets, derived, expfam, gaussian, likelihoods, probit, sparse_gp  # noqa: E402
+from . import basis, bounds, datasets, derived, engine, expfam, gaussian, likelihoods, linalg, probit, sparse_gp  # noqa: E402
 from .arviz import compare, plot_elbo_trace, plot_grid_relevance, plot_relevance, to_inference_data  # noqa: E402
 from .derived import NotConjugateError, derived_guide  # noqa: E402
 from .diagnostics import GuideCheck, check_guide  # noqa: E402
-from .inference import CAVI, CAVIResult, ClosedFormGuide, closed_form_guide, fit, fit_grid  # noqa: E402
+from .guide import ClosedFormGuide, closed_form_guide  # noqa: E402
+from .inference import CAVI, CAVIResult, fit, fit_grid  # noqa: E402
+from .result import FitResult  # noqa: E402
 from .saving import load  # noqa: E402
 from .validation import ConvergenceWarning  # noqa: E402
 
 __all__ = [
     "CAVI",
     "CAVIResult",
+    "FitResult",
     "ClosedFormGuide",
     "closed_form_guide",
     "fit",
@@ -45,9 +48,11 @@ __all__ = [
     "bounds",
     "datasets",
     "derived",
+    "engine",
     "expfam",
     "gaussian",
     "likelihoods",
+    "linalg",
     "probit",
     "sparse_gp",
 ]
