@@ -43,9 +43,10 @@ Full mode (about an hour; the mixture with 20 and 30 noise features takes half o
     mixture  k = 0, 2, 5, 10, 20, 30      seed 0       max  500 sweeps
     digits   n = 20, 50, 100, 200, 500    seeds 0, 1   max 1500 sweeps
 
-Quick mode (``--quick``, a smoke run): sinc with 50 training points,
-k = 0, 3; mixture with 60 training points and 1000 test points, k = 0, 3; digits n = 20, 60;
-one seed; 150 sweeps.
+Quick mode (``--quick``, a smoke run): one setting per experiment, sinc with 50 training points
+and k = 2; mixture with 60 training points, 1000 test points and k = 2; digits n = 60; one seed;
+150 sweeps; no pruning. Compiling, not sweeping, is most of a quick run's time: each model
+compiles its CAVI loop once per problem shape, and pruning would compile the smaller shapes too.
 
 Seconds per fit are wall-clock times of ``CAVI.run`` and include the jit compilation of the
 sweep for every new problem shape (pruning also compiles smaller shapes).
@@ -82,9 +83,9 @@ CONFIG = {
         "digits": dict(sizes=[20, 50, 100, 200, 500], seeds=[0, 1], max_sweeps=1500),
     },
     "quick": {
-        "sinc": dict(n_train=50, n_test=600, noise_features=[0, 3], seeds=[0], max_sweeps=150),
-        "mixture": dict(n_train=60, n_test=1000, noise_features=[0, 3], seeds=[0], max_sweeps=150),
-        "digits": dict(sizes=[20, 60], seeds=[0], max_sweeps=150),
+        "sinc": dict(n_train=50, n_test=600, noise_features=[2], seeds=[0], max_sweeps=150, prune=False),
+        "mixture": dict(n_train=60, n_test=1000, noise_features=[2], seeds=[0], max_sweeps=150, prune=False),
+        "digits": dict(sizes=[60], seeds=[0], max_sweeps=150, prune=False),
     },
 }
 
@@ -101,9 +102,9 @@ PAPER = {
 # ----------------------------------------------------------------------------------------------
 # Fitting
 # ----------------------------------------------------------------------------------------------
-def fit(model, task, X, t, X_test, t_test, *, max_sweeps, tol):
+def fit(model, task, X, t, X_test, t_test, *, max_sweeps, tol, prune=True):
     """Fit one model ("rvm", "p", "s") to table inputs X (N, M1, M2); the RVM sees X flattened
-    in C order. Returns (record, result)."""
+    in C order; ``prune``: CAVI's pruning. Returns (record, result)."""
     import numpy as np
 
     import ppl_sbl
@@ -116,7 +117,7 @@ def fit(model, task, X, t, X_test, t_test, *, max_sweeps, tol):
     else:
         program = grid_rvm.regression if task == "regression" else grid_rvm.classification
         train, test, kwargs = X, X_test, {"kind": model}
-    cavi = ppl_sbl.CAVI(program, tol=tol, max_sweeps=max_sweeps, progress_bar=False)
+    cavi = ppl_sbl.CAVI(program, tol=tol, max_sweeps=max_sweeps, prune=prune, progress_bar=False)
     start = time.perf_counter()
     res = cavi.run(train, t, **kwargs)
     seconds = time.perf_counter() - start
@@ -186,7 +187,7 @@ def run_sinc(cfg, tol):
             log(f"  sinc k={k} seed={seed}: tables {T.shape} (M = {T.shape[1] * T.shape[2]})")
             for model in MODELS:
                 rec, res = fit(model, "regression", T, d.t_train, T_test, d.t_test,
-                               max_sweeps=cfg["max_sweeps"], tol=tol)
+                               max_sweeps=cfg["max_sweeps"], tol=tol, prune=cfg.get("prune", True))
                 rec.update(noise_features=k, seed=seed,
                            noise_weight_share=noise_weight_share(res, T.shape[1:], 1))
                 fit_line(LABELS[model], rec, "rmse_test")
@@ -210,7 +211,7 @@ def run_mixture(cfg, tol):
                 f"(M = {T.shape[1] * T.shape[2]})")
             for model in MODELS:
                 rec, res = fit(model, "classification", T, m.t_train, T_test, m.t_test,
-                               max_sweeps=cfg["max_sweeps"], tol=tol)
+                               max_sweeps=cfg["max_sweeps"], tol=tol, prune=cfg.get("prune", True))
                 rec.update(noise_features=k, seed=seed, bayes_error=bayes[seed],
                            noise_weight_share=noise_weight_share(res, T.shape[1:], 2))
                 fit_line(LABELS[model], rec, "error_test")
@@ -231,7 +232,7 @@ def run_digits(cfg, tol):
             log(f"  digits n={n} seed={seed}: train {g.X_train.shape}, test {g.X_test.shape[0]}")
             for model in MODELS:
                 rec, res = fit(model, "classification", g.X_train, g.t_train, g.X_test, g.t_test,
-                               max_sweeps=cfg["max_sweeps"], tol=tol)
+                               max_sweeps=cfg["max_sweeps"], tol=tol, prune=cfg.get("prune", True))
                 rec.update(n_train=n, seed=seed, n_test=int(g.X_test.shape[0]))
                 fit_line(LABELS[model], rec, "error_test")
                 rows.append(rec)
@@ -487,7 +488,9 @@ def main(argv=None):
               "config": config, "environment": env, "paper": PAPER}
     log(f"# grid RVM experiments ({mode})  {env['date']}  backend={env['jax_backend']}  cpus={env['cpu_count']}")
     log(f"# tol={args.tol}; repetitions: " + ", ".join(f"{k} {len(c['seeds'])} seed(s) {c['seeds']} "
-                                                       f"(max {c['max_sweeps']} sweeps)" for k, c in config.items()))
+                                                       f"(max {c['max_sweeps']} sweeps"
+                                                       + ("" if c.get("prune", True) else ", no pruning") + ")"
+                                                       for k, c in config.items()))
 
     def save(announce=False):
         write_record(record, out, announce=announce)

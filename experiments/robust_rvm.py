@@ -360,7 +360,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
-                   help="smoke run: 200-point subsamples, 2 repetitions, 3 widths, 300 sweeps, no pruning")
+                   help="smoke run: 100-point subsamples, 2 repetitions, 3 widths, 300 sweeps, no pruning")
     p.add_argument("--repeats", type=int, default=10, help="repetitions per (data set, perc) (paper: 50; default 10)")
     p.add_argument("--first-repeat", type=int, default=0,
                    help="seed of the first repetition (repetition r uses seed r); with --pool-with, runs can be "
@@ -416,7 +416,7 @@ def main(argv=None):
         with open(args.pool_with) as f:
             pooled = json.load(f)["results"]
     for name in args.only or list(plan):
-        X, t = load(name, quick_size=200 if args.quick else None)
+        X, t = load(name, quick_size=100 if args.quick else None)
         record["results"][name] = {}
         for perc in plan[name]:
             runs = []

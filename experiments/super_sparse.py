@@ -52,8 +52,10 @@ Figures (PNG next to the JSON): AUC and EER against test-time similarity evaluat
 the learned prototypes of every class (m = 2) as 8 x 8 images (PCA inverse transform); MAE against
 m for both regression problems with the ELBO beside it.
 
-Quick mode (``--quick``: 200 training images, classes 3 and 8, m up to 3, 30 prototype steps, two
-folds) is a smoke test, not a result.
+Quick mode (``--quick``: 200 training images, classes 3 and 8, m = 1, 2 for verification and 2, 3
+for regression, 30 prototype steps, 200 of the diabetes patients in two folds, LassoCV over 20
+penalties, 100 generated training points) is a smoke test, not a result. Its time is mostly
+compilation: one program per problem shape and m.
 """
 from __future__ import annotations
 
@@ -288,7 +290,8 @@ def regression_fold(X, y, X_test, y_test, grid, args, seed, known_gamma=None):
                                             "gamma": float(krr.best_params_["gamma"])}}
     with warnings.catch_warnings(record=True) as caught:  # the path's weakest penalties may not converge
         warnings.simplefilter("always", ConvergenceWarning)
-        lasso = LassoCV(cv=args.cv, random_state=seed, max_iter=20000).fit(basis.rbf(X, X, gamma), y)
+        lasso = LassoCV(cv=args.cv, alphas=args.lasso_alphas, random_state=seed,
+                        max_iter=20000).fit(basis.rbf(X, X, gamma), y)
     rec["lasso"] = {"convergence_warnings": sum(issubclass(w.category, ConvergenceWarning) for w in caught), "mae": mae(lasso.predict(basis.rbf(X_test, X, gamma))),
                     "prototypes": int(np.sum(lasso.coef_ != 0)), "alpha": float(lasso.alpha_)}
     rec["super_sparse"], rec["random"], rec["k_medoids"] = {}, {}, {}
@@ -330,6 +333,9 @@ def regression(args):
     grid = sorted(set(args.reg_prototypes))
     out = {"prototypes": grid}
     Xd, yd = load_diabetes(return_X_y=True)
+    if args.diabetes_points is not None and args.diabetes_points < len(yd):
+        keep = np.sort(np.random.default_rng(args.seed).choice(len(yd), args.diabetes_points, replace=False))
+        Xd, yd = Xd[keep], yd[keep]
     log(f"\n## regression: diabetes ({len(yd)} x {Xd.shape[1]}), {args.folds}-fold CV; m = {grid}")
     folds = []
     for k, (tr, te) in enumerate(KFold(args.folds, shuffle=True, random_state=args.seed).split(Xd)):
@@ -461,13 +467,15 @@ def figures(record, out_dir, suffix):
 # ----------------------------------------------------------------------------------------------
 # Main
 # ----------------------------------------------------------------------------------------------
-QUICK = {"n_train": 200, "classes": [3, 8], "prototypes": [1, 2, 3], "svc_c": [1.0, 10.0], "prototype_steps": 30,
-         "folds": 2, "reg_prototypes": [2, 3, 4], "gen_train": 120, "gen_test": 500, "random_draws": 2, "cv": 3,
-         "max_sweeps": 200}
+# quick: the generated problem has as many training points as a diabetes fold (200 patients, two
+# folds), so that the evidence RVMs of both problems share their compiled programs (one per m)
+QUICK = {"n_train": 200, "classes": [3, 8], "prototypes": [1, 2], "svc_c": [1.0, 10.0], "prototype_steps": 30,
+         "folds": 2, "reg_prototypes": [2, 3], "diabetes_points": 200, "gen_train": 100, "gen_test": 500,
+         "random_draws": 2, "cv": 3, "max_sweeps": 200, "lasso_alphas": 20}
 FULL = {"n_train": 1000, "classes": list(range(10)), "prototypes": list(range(1, 11)),
         "svc_c": [0.1, 1.0, 10.0, 100.0], "prototype_steps": 200, "folds": 5,
         "reg_prototypes": list(range(2, 21, 2)) + [3], "gen_train": 400, "gen_test": 4000, "random_draws": 5,
-        "cv": 5, "max_sweeps": 2000}
+        "cv": 5, "max_sweeps": 2000, "lasso_alphas": 100}
 
 
 def parse_args(argv=None):
@@ -484,10 +492,13 @@ def parse_args(argv=None):
     p.add_argument("--folds", type=int, default=None, help="diabetes cross-validation folds (default 5)")
     p.add_argument("--reg-prototypes", type=int, nargs="+", default=None,
                    help="m for regression (default 2, 3, 4, 6, ..., 20)")
+    p.add_argument("--diabetes-points", type=int, default=None,
+                   help="a random subset of the 442 diabetes patients (default: all)")
     p.add_argument("--gen-train", type=int, default=None, help="generated training points (default 400)")
     p.add_argument("--gen-test", type=int, default=None, help="generated test points (default 4000)")
     p.add_argument("--random-draws", type=int, default=None, help="random prototype draws averaged (default 5)")
     p.add_argument("--cv", type=int, default=None, help="folds of the inner cross-validations (default 5)")
+    p.add_argument("--lasso-alphas", type=int, default=None, help="penalties on LassoCV's path (default 100)")
     p.add_argument("--max-sweeps", type=int, default=None, help="CAVI sweeps of the evidence RVMs (default 2000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-figures", action="store_true")
