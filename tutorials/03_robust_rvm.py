@@ -74,7 +74,8 @@ N_PARTICLES = 500 if QUICK else 4000            # Monte Carlo particles for chec
 N_SINC = 50 if QUICK else 100                   # training points of the regression example
 N_OUTLIERS = 5 if QUICK else 10                 # gross outliers added to the sinc targets
 NUS = (1.0, 4.0, 100.0) if QUICK else (0.5, 1.0, 2.0, 4.0, 10.0, 30.0, 100.0, 1000.0)
-GRID_RES = 60 if QUICK else 150                 # resolution of the decision-boundary plots
+GRID_RES = (40, 25) if QUICK else (150, 150)    # (x1, x2) points of the decision-boundary plots; quick: as
+                                                # many as the test set, so predictions there reuse one shape
 print(f"QUICK={QUICK}: N_TRAIN={N_TRAIN}, DELTAS={DELTAS}, TOL={TOL}, N_SINC={N_SINC}")
 
 
@@ -283,7 +284,7 @@ print(f"sampling noise: a test error near {e0:.3f} on {len(t_test)} points has a
 # panels each point's size is proportional to its weight $\mathbb E[\omega_n]$.
 
 # %%
-g1, g2 = np.meshgrid(np.linspace(-1.3, 1.1, GRID_RES), np.linspace(-0.35, 1.15, GRID_RES))
+g1, g2 = np.meshgrid(np.linspace(-1.3, 1.1, GRID_RES[0]), np.linspace(-0.35, 1.15, GRID_RES[1]))
 grid_points = np.column_stack([g1.ravel(), g2.ravel()])
 Phi_grid = basis.rbf(grid_points, X, delta=DELTA, bias=True)
 

@@ -37,9 +37,10 @@
 # 5. use a similarity that JAX cannot differentiate, with the paper's direction rule (7);
 # 6. tune $m$ with scikit-learn's `GridSearchCV`.
 #
-# Equation numbers are those of `super_sparse_equations.md` (the paper's numbering). Every number
-# quoted below is computed in this notebook. Set `PPL_SBL_QUICK=1` for a smaller, faster run
-# (what the test-suite does); read the printed output rather than the prose for exact values.
+# Equation numbers are those of Biggio et al.'s paper on super-sparse learning (the paper's own
+# numbering). Every number quoted below is computed in this notebook. Set `PPL_SBL_QUICK=1` for a
+# smaller, faster run (what the test-suite does); read the printed output rather than the prose for
+# exact values.
 
 # %%
 import os
@@ -69,6 +70,9 @@ from ppl_sbl.models import super_sparse as ss
 STEPS = 60 if QUICK else 300
 N_MOONS = 300 if QUICK else 1000
 N_DIGITS = 300 if QUICK else 1000
+DIGIT_MS = (1, 2) if QUICK else (1, 2, 4)                 # prototypes per digit machine (section 4)
+M_GRID = (5, 4, 3, 2) if QUICK else (6, 5, 4, 3, 2, 1)    # m for rule (8) and the evidence (section 5);
+# quick: from above the true m = 3, and through the m = 2 and 4 of the grid search in section 7
 print("quick mode" if QUICK else "full mode", "| float64:", np.asarray(ss.similarity_matrix(np.ones((1, 1)),
                                                                                                np.ones((1, 1)))).dtype)
 
@@ -201,7 +205,7 @@ print(f"PCA to {pca.n_components_} dimensions, gamma = {gamma_d:.4f}; SVC for cl
       f"{len(svc_d.support_)} support vectors, test AUC {roc_auc_score(yd_test, svc_d.decision_function(Xd_test)):.4f}")
 
 rows = []
-for m in (1, 2, 4):
+for m in DIGIT_MS:
     r = ss.fit_to_decision_values(svc_d, Xd, m=m, gamma=gamma_d, max_steps=STEPS, seed=0, trace_prototypes=True)
     rand = ss.fit(Xd, gd, m=m, gamma=gamma_d, max_steps=0, seed=0)  # random training images, beta-step only
     rows.append((m, roc_auc_score(yd_test, r.decision_function(Xd_test)),
@@ -215,7 +219,7 @@ for m in (1, 2, 4):
 # with the PCA's inverse transform, at a few moments of training:
 
 # %%
-r2 = rows[1][3]
+r2 = next(r for m, _, _, r in rows if m == 2)
 moments = np.unique(np.linspace(0, r2.steps, 4).astype(int))
 fig, ax = plt.subplots(2, len(moments), figsize=(2.2 * len(moments), 4.6), squeeze=False)
 for k, t in enumerate(moments):
@@ -260,7 +264,7 @@ def bumps(n):
 
 Z, u = bumps(200 if QUICK else 400)
 Z_val, u_val = bumps(200)
-m_grid = (6, 5, 4, 3, 2, 1)
+m_grid = M_GRID
 best, table = ss.select_m(Z, u, Z_val, u_val, grid=m_grid, mu=0.0, gamma=0.5, max_steps=STEPS, seed=0)
 scores, fits = ss.evidence_over_m(Z, u, grid=m_grid, gamma=0.5, max_steps=STEPS, seed=0)
 ranked = ppl_sbl.compare({f"m = {m}": scores[m] for m in m_grid})
