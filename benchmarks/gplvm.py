@@ -285,10 +285,12 @@ def fit_size(N, steps, args, optimizer):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="N 50 and 100, Q 5, one short fit (seconds)")
-    p.add_argument("--sizes", type=int, nargs="+", default=[100, 200, 400, 800, 1797])
-    p.add_argument("--fit-sizes", type=int, nargs="*", default=[500, 1797])
-    p.add_argument("--fit-steps", type=int, nargs="*", default=[300, 40],
+    p.add_argument("--quick", action="store_true",
+                   help="N 50 and 100, Q 5, one short fit with each optimizer at N = 100 (the shapes timed there); "
+                        "--sizes, --fit-sizes and --fit-steps given as well are kept (seconds)")
+    p.add_argument("--sizes", type=int, nargs="+", default=None, help="N (default 100 200 400 800 1797)")
+    p.add_argument("--fit-sizes", type=int, nargs="*", default=None, help="N of the fits (default 500 1797)")
+    p.add_argument("--fit-steps", type=int, nargs="*", default=None,
                    help="sweeps or L-BFGS iterations at most for each of --fit-sizes (default 300 40)")
     p.add_argument("--optimizers", nargs="+", default=["natural", "lbfgs"], choices=["natural", "lbfgs"],
                    help="the fits' optimizers, each run at every --fit-sizes (default both)")
@@ -298,9 +300,13 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=os.path.join(HERE, "results", "gplvm_cpu.json"))
     args = p.parse_args(argv)
+    defaults = {"sizes": ([50, 100], [100, 200, 400, 800, 1797]), "fit_sizes": ([100], [500, 1797]),
+                "fit_steps": ([20], [300, 40])}
+    for name, (quick, full) in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
     if args.quick:
-        args.sizes, args.fit_sizes, args.fit_steps, args.latent_dim, args.num_inducing, args.reps = \
-            [50, 100], [60], [20], 5, 10, 2
+        args.latent_dim, args.num_inducing, args.reps = 5, 10, 2
     if len(args.fit_steps) != len(args.fit_sizes):
         p.error("--fit-steps needs one value per --fit-sizes")
     import jax

@@ -344,7 +344,7 @@ def run_dataset(name, n, args, clock):
         f"({a['first_call']['compile_seconds']:.2f}s compiling), {a['second_call']['seconds']:.2f}s second call; "
         f"lanes: max {a['lane_sweeps_max']} sweeps, sum {a['lane_sweeps_sum']}, utilisation {a['lane_utilisation']:.2f}")
     a2 = None
-    if args.all_lanes:
+    if args.all_lanes and (args.all_lanes_max_n is None or N <= args.all_lanes_max_n):
         a2, _ = rrvm_vmapped(designs, t, names, tol=args.tol, max_sweeps=args.max_sweeps, clock=clock,
                              batch_size=len(designs))
         log(f"  (a2) fit_grid, all vmapped    : {a2['first_call']['seconds_incl_jit']:.2f}s first call "
@@ -408,12 +408,12 @@ def run_dataset(name, n, args, clock):
     dv, rvm_res = rvm_cv(d.X_train, t, deltas, folds, tol=args.tol, max_sweeps=args.max_sweeps, clock=clock)
     dv["test_error"] = error_rate(rvm_res.predict(basis.rbf(d.X_test, d.X_train, delta=dv["chosen_delta"], bias=True)),
                                   d.t_test)
-    log(f"  (d) RVM 5-fold CV             : {dv['selection']['seconds_incl_jit']:.2f}s incl. jit, "
+    log(f"  (d) RVM {args.folds}-fold CV             : {dv['selection']['seconds_incl_jit']:.2f}s incl. jit, "
         f"{dv['selection']['seconds_excl_jit']:.2f}s excl. ({dv['fits']} fits, {dv['cv_unconverged']} unconverged); "
         f"refit {dv['training']['seconds_excl_jit']:.2f}s excl. jit; delta = {dv['chosen_delta']:.4g}; "
         f"test error {dv['test_error']:.4f}")
     e = run_svc(d, deltas, args, folds)
-    log(f"  (e) SVC GridSearchCV 5-fold   : {e['selection_seconds']:.2f}s selection ({e['fits']} fits), "
+    log(f"  (e) SVC GridSearchCV {args.folds}-fold   : {e['selection_seconds']:.2f}s selection ({e['fits']} fits), "
         f"{e['training_seconds']:.3f}s refit; C = {e['chosen_C']:g}, gamma = {e['chosen_delta']:.4g}; "
         f"test error {e['test_error']:.4f}")
 
@@ -585,10 +585,10 @@ def row_table(r, args):
     lines.append(f"{'(c) RRVM loop jitted fit':<34} {c['loop']['seconds_incl_jit']:>9.2f} "
                  f"{c['loop']['seconds_excl_jit']:>9.2f} {fmt(c2):>8} {len(pw):>5} "
                  f"{sum(w['loop_fit']['num_sweeps'] for w in pw):>7} {rr['chosen_delta']:>8.4g} {rr['test_error']:>8.4f}")
-    lines.append(f"{'(d) RVM 5-fold CV, CAVI.run pruned':<34} {dv['selection']['seconds_incl_jit']:>9.2f} "
+    lines.append(f"{f'(d) RVM {args.folds}-fold CV, CAVI.run pruned':<34} {dv['selection']['seconds_incl_jit']:>9.2f} "
                  f"{dv['selection']['seconds_excl_jit']:>9.2f} {'-':>8} {dv['fits']:>5} "
                  f"{dv['cv_sweeps']:>7} {dv['chosen_delta']:>8.4g} {dv['test_error']:>8.4f}")
-    lines.append(f"{'(e) SVC GridSearchCV 5-fold':<34} {e['selection_seconds']:>9.2f} {e['selection_seconds']:>9.2f} "
+    lines.append(f"{f'(e) SVC GridSearchCV {args.folds}-fold':<34} {e['selection_seconds']:>9.2f} {e['selection_seconds']:>9.2f} "
                  f"{'-':>8} {e['fits']:>5} {'-':>7} {e['chosen_delta']:>8.4g} {e['test_error']:>8.4f}")
     x = r["ratios"]
     lines += ["", f"  grid (a) / loop, excl. jit: / (b) {x['vmapped_over_loop_pruned']:.2f}, / (c) "
@@ -649,8 +649,8 @@ def print_table(rows, full, args):
     for label, sel, train in [("RRVM, ELBO, fit_grid (a)", "vmapped", "rrvm_training"),
                               ("RRVM, ELBO, loop CAVI.run (b)", "loop_pruned", "rrvm_training"),
                               ("RRVM, ELBO, loop jitted fit (c)", "loop_fit", "rrvm_training"),
-                              ("RVM, 5-fold CV (d)", "rvm_cv", "rvm_training"),
-                              ("SVC, 5-fold CV, C x gamma (e)", "svc_cv", None)]:
+                              (f"RVM, {args.folds}-fold CV (d)", "rvm_cv", "rvm_training"),
+                              (f"SVC, {args.folds}-fold CV, C x gamma (e)", "svc_cv", None)]:
         cells = []
         for _, get in cols:
             s, mark = get(sel)
@@ -674,7 +674,7 @@ def print_table(rows, full, args):
         "  the fit_grid fit ('*' = chosen, '!' = not converged within max_sweeps); sw = sweeps; act (b) = active",
         "  coefficients at the end of the pruned fit; (a)-(c) = relative ELBO difference of the fit_grid and",
         "  the looped jitted fit; err = test error rate; s = seconds excl. jit of one fit in the loops;",
-        "  RVM cv, SVC cv = 5-fold CV error (SVC at its chosen C). SVC 'excl. jit' = its wall time.",
+        f"  RVM cv, SVC cv = {args.folds}-fold CV error (SVC at its chosen C). SVC 'excl. jit' = its wall time.",
         "  Training (Table 3): one default CAVI.run at the chosen width (RRVM, RVM), SVC's refit_time_.",
     ]
     text = "\n".join(lines)
@@ -705,6 +705,8 @@ def parse_args(argv=None):
                    help="SVC regularisation constants searched (default 0.1 1 10 100 1000)")
     p.add_argument("--no-all-lanes", dest="all_lanes", action="store_false",
                    help="skip (a2), fit_grid with every width vmapped side by side (batch_size = widths)")
+    p.add_argument("--all-lanes-max-n", type=int, default=None, metavar="N",
+                   help="run (a2) only at training sizes up to N (default: at every size)")
     p.add_argument("--repeat-loops", action="store_true",
                    help="run the loops (b) and (c) a second time, all shapes compiled, and record that wall time too")
     p.add_argument("--probe-sweeps", type=int, default=5,
@@ -718,7 +720,8 @@ def parse_args(argv=None):
                    help="skip the tiny warm-up (one-off eager compilations then count to the first data set)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: 40 and 80 training points, 200 test points, 4 widths, 100 sweeps at most, "
-                        "C in {1, 10}, no full-size probe")
+                        "2 folds (the RVM's CV fits at N = 80 then share the shapes of its refit at N = 40), "
+                        "C in {1, 10}, (a2) at N = 40 only, no full-size probe")
     p.add_argument("--out", default=None, help="JSON output path (default benchmarks/results/robust_rvm_<backend>.json)")
     args = p.parse_args(argv)
     if args.quick:
@@ -726,7 +729,9 @@ def parse_args(argv=None):
         args.n_test = args.n_test or 200
         args.widths = min(args.widths, 4)
         args.max_sweeps = min(args.max_sweeps, 100)
+        args.folds = min(args.folds, 2)
         args.svc_C = [1.0, 10.0]
+        args.all_lanes_max_n = 40
         args.probe_sweeps = 0
         args.warm_up = False
     return args
@@ -766,7 +771,7 @@ def main(argv=None):
         out = os.path.join(HERE, "results", f"robust_rvm_{suffix}.json")
     base = {
         "benchmark": "robust RVM width selection by ELBO (fit_grid in one call vs loops) against RVM and SVC "
-                     "5-fold CV; Ripley pooled and MASS biopsy, 60/40 split, flipped training labels",
+                     f"{args.folds}-fold CV; Ripley pooled and MASS biopsy, 60/40 split, flipped training labels",
         "goal": "the grid in one call (fit_grid, excl. jit) no slower than a loop over the same widths, on CPU",
         "environment": env,
         "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS"),

@@ -68,7 +68,7 @@ Usage::
     python benchmarks/rvm.py --sizes 100 300 1000 --out /tmp/rvm.json
     python benchmarks/rvm.py --classification                     # rvm_classification_cpu.json
     python benchmarks/rvm.py --classification --datasets ripley --out /tmp/rvm_c.json
-    python benchmarks/rvm.py --quick --out /tmp/q.json                  # N = 50, 100 (seconds)
+    python benchmarks/rvm.py --quick --out /tmp/q.json                  # N = 50, 80 (seconds)
     python benchmarks/rvm.py --classification --quick --out /tmp/qc.json  # 100 Ripley points
 
 Records: ``benchmarks/results/rvm_<backend>.json`` and ``rvm_classification_<backend>.json``
@@ -605,8 +605,8 @@ def base_parser():
     p.add_argument("--blas-threads", type=int, default=1,
                    help="OPENBLAS_NUM_THREADS, set before numpy is imported (default 1; 0: leave it as it is)")
     p.add_argument("--quick", action="store_true",
-                   help="smoke run: N = 50, 100 and 2 rounds (ARD skipped above 50); classification: 100 Ripley "
-                        "points, 1 round")
+                   help="smoke run: N = 50, 80 and 1 round (ARD and the CAVI sweep skipped above 50, their times "
+                        "there extrapolated); classification: 100 Ripley points, 1 round")
     p.add_argument("--out", default=None,
                    help="JSON record (default benchmarks/results/rvm[_classification]_<backend>[_quick].json)")
     return p
@@ -623,12 +623,16 @@ def parse_args(argv, peer_names, skip_above):
                                              f"{skip_above.get(name)})")
     args = p.parse_args(argv)
     if args.quick:
-        args.sizes = [50, 100]
+        args.sizes = [50, 80]
         args.datasets = ["ripley"]
         args.subsample = args.subsample or 100
-        args.rounds = 1 if args.classification else 2
-        if "ard" in peer_names and "--skip-ard-above" not in (argv if argv is not None else sys.argv[1:]):
-            args.skip_ard_above = 50  # exercises the extrapolation
+        args.rounds = 1
+        given = argv if argv is not None else sys.argv[1:]
+        # regression: ARD and the sweep skipped at N = 80, which exercises the extrapolation (and spares
+        # the sweep's compilation at a second size)
+        for name in ("ard", "cavi"):
+            if not args.classification and name in peer_names and _flag(name) not in given:
+                setattr(args, f"skip_{name}_above", 50)
     return args
 
 

@@ -145,7 +145,7 @@ def run_size(size, args, run_ard):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="sizes 16 and 32, ARD at 16 and 32 (seconds)")
+    p.add_argument("--quick", action="store_true", help="sizes 6 and 10, every arm at both (seconds)")
     p.add_argument("--sizes", type=int, nargs="+", default=[32, 48, 64, 80, 96, 112, 128])
     p.add_argument("--ard-sizes", type=int, nargs="+", default=None,
                    help="sizes at which ARDRegression runs (default: the sizes in increasing order while its "
@@ -164,7 +164,7 @@ def main(argv=None):
     p.add_argument("--out", default=os.path.join(HERE, "results", "sequential_sbl_cpu.json"))
     args = p.parse_args(argv)
     if args.quick:
-        args.sizes, args.ard_sizes, args.noise_sizes, args.new_samples, args.noise_every = [16, 32], [16, 32], [16, 32], 10, 10
+        args.sizes, args.ard_sizes, args.noise_sizes, args.new_samples, args.noise_every = [6, 10], [6, 10], [6, 10], 10, 10
     sizes = sorted(set(args.sizes) | set(args.ard_sizes or []))
     env = environment("sklearn", "skimage")
     log(f"# sequential SBL benchmark  {env['date']}  backend=cpu (NumPy)  cpus={env['cpu_count']}  "

@@ -34,7 +34,7 @@ a method whose next fit is estimated (from its growth so far) to exceed ``--budg
 Usage::
 
     python benchmarks/super_sparse.py                                    # benchmarks/results/super_sparse_cpu.json
-    python benchmarks/super_sparse.py --quick --out /tmp/r.json   # n 300 600, 1000 test points, 50 steps
+    python benchmarks/super_sparse.py --quick --out /tmp/r.json   # n 300 600, 1000 test points, 50 steps, 1 run
 """
 from __future__ import annotations
 
@@ -102,14 +102,16 @@ def slope(points):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="n 300 600, 1000 test points, 50 steps (seconds)")
+    p.add_argument("--quick", action="store_true",
+                   help="n 300 600, 1000 test points, 50 steps, one training and one test run (seconds)")
     p.add_argument("--sizes", type=int, nargs="+", default=None, help="training sizes (default 1000 2000 5000 10000 20000)")
     p.add_argument("--n-test", type=int, default=None, help="held-out points (default 5000; quick 1000)")
     p.add_argument("--features", type=int, default=10)
     p.add_argument("--m", type=int, default=10, help="virtual prototypes (default 10)")
     p.add_argument("--steps", type=int, default=None, help="gradient steps per super-sparse fit at most (default 200; quick 50)")
-    p.add_argument("--fit-repeats", type=int, default=3, help="training runs per method and n, median (default 3)")
-    p.add_argument("--repeats", type=int, default=5, help="test-time runs, median (default 5)")
+    p.add_argument("--fit-repeats", type=int, default=None,
+                   help="training runs per method and n, median (default 3; quick 1)")
+    p.add_argument("--repeats", type=int, default=None, help="test-time runs, median (default 5; quick 1)")
     p.add_argument("--budget", type=float, default=600.0, help="seconds one fit may take (default 600)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="JSON record (default benchmarks/results/super_sparse_cpu.json; "
@@ -122,6 +124,10 @@ def main(argv=None):
         args.n_test = 1000 if args.quick else 5000
     if args.steps is None:
         args.steps = 50 if args.quick else 200
+    if args.fit_repeats is None:
+        args.fit_repeats = 1 if args.quick else 3
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else 5
     if args.out is None:
         args.out = (os.path.join(tempfile.gettempdir(), "super_sparse_quick.json") if args.quick
                     else os.path.join(HERE, "results", "super_sparse_cpu.json"))

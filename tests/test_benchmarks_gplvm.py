@@ -47,7 +47,7 @@ def test_gplvm_bench_quick(tmp_path):
         # and M, Psi1 and the M x M algebra are a larger share; see the test below for the record's)
         assert data_flops <= r["data_term_xla_flops"]
     fit = record["fits"][0]
-    assert fit["n"] == 60 and 1 <= fit["steps"] <= 20 and math.isfinite(fit["bound"])
+    assert fit["n"] == 100 and 1 <= fit["steps"] <= 20 and math.isfinite(fit["bound"])
     assert 1 <= len(fit["kept_dims"]) <= 5
     # the first goal is judged on the evaluation the default (natural) fit makes, by the ratio of
     # the medians and by that of the minima; the exact (mubar, lambda) gradient's ratio has a goal
@@ -69,10 +69,10 @@ def test_gplvm_spread_quick_summarises_its_runs(tmp_path):
     _, record = run_script("benchmarks/gplvm_spread.py", "--quick", "--out", tmp_path / "s.json",
                            record=tmp_path / "s_quick.json")
     assert record["runs"] == 2
-    assert sorted(record["summary"], key=int) == ["50", "100"]  # the quick sizes
+    assert list(record["summary"]) == ["50"]  # the quick size
     for n, stats in record["summary"].items():
         assert set(stats) == {"medians", "minima", "floor minima", "compiled floor minima"}
-        for s in stats.values():  # the compiled floor is measured at both quick sizes
+        for s in stats.values():  # the compiled floor is measured at the quick size
             values = s["values"]
             assert len(values) == 2 and all(math.isfinite(v) and v > 0 for v in values)
             assert s["min"] == min(values) and s["max"] == max(values)

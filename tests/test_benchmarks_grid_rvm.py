@@ -48,8 +48,11 @@ def test_grid_rvm_bench_quick(tmp_path):
         # the three models use the same covariance form at the same size
         assert len({(ps[m]["factored_covariance"], ps[m]["woodbury_rank"]) for m in MODELS}) == 1
 
+        # to convergence where M <= 60 only: the sinc (M = 60), not the mixture (M = 120)
         conv = r["convergence"]
-        metric = "rmse" if r["task"] == "regression" else "test_error"
+        assert (conv is not None) == (r["m"] <= record["args"]["converge_max_m"]) == (r["task"] == "regression")
+        if conv is None:
+            continue
         for model in MODELS:
             c = conv[model]
             assert 1 <= c["num_sweeps"] <= 100
@@ -58,7 +61,4 @@ def test_grid_rvm_bench_quick(tmp_path):
             assert math.isfinite(c["elbo"])
             assert 0 <= c["num_active_at_end"] <= r["m"] and c["num_prunes"] >= 0
             assert 0 <= c["relevant_dims"] <= r["d"]
-        if r["task"] == "regression":
-            assert all(conv[m][metric] < 0.3 for m in MODELS)  # the sinc has amplitude 1
-        else:
-            assert all(0 <= conv[m][metric] < 0.6 for m in MODELS)
+        assert all(conv[m]["rmse"] < 0.3 for m in MODELS)  # the sinc has amplitude 1

@@ -51,6 +51,12 @@ def test_robust_rvm_bench_quick(tmp_path):
         assert a["first_call"]["seconds_incl_jit"] >= a["first_call"]["seconds_excl_jit"]
         assert a["repeat_identical"] is True
         assert 0 < a["lane_utilisation"] <= 1
+        # (a2) every width vmapped side by side, at the sizes up to --all-lanes-max-n (quick: the smaller)
+        a2 = r["all_lanes"]
+        assert (a2 is not None) == (r["n_train"] <= args["all_lanes_max_n"])
+        if a2 is not None:
+            assert a2["resolved_batch_size"] == args["widths"] and a2["repeat_identical"] is True
+            assert math.isfinite(r["ratios"]["all_lanes_over_default"]) and r["ratios"]["all_lanes_over_default"] > 0
         # (b), (c) the loops
         for arm in ("loop_pruned", "loop_fit"):
             loop = r[arm]["loop"]

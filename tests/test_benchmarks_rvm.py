@@ -66,7 +66,7 @@ def test_rvm_bench_quick_regression(tmp_path):
     peers = record["peers"]
     assert peers[0] == "fastrvm" and set(REGRESSION_FIELDS) <= set(peers)
     rows = record["rows"]
-    assert [r["n"] for r in rows] == [50, 100]
+    assert [r["n"] for r in rows] == [50, 80]
     cap = record["args"]["cap"]
     for r in rows:
         assert r["m"] == r["n"] + 1 and r["n_test"] == 600 and list(r["peers"]) == peers
@@ -98,12 +98,14 @@ def test_rvm_bench_quick_regression(tmp_path):
         assert record["L_default_within_goal_at_every_size" + suffix] == all(
             r["L_default_within_goal" + suffix] for r in rows)
 
-    # ARD skipped above 50 in quick mode: its time at 100 extrapolated from N = 50 with slope 3 assumed
-    first, skipped = rows[0]["peers"]["ard"], rows[1]["peers"]["ard"]
-    assert first["status"] == "measured" and skipped["status"] == "skipped" and skipped["extrapolated"] is True
-    assert skipped["slope_assumed"] is True and skipped["from_sizes"] == [50]
-    assert skipped["seconds"] == pytest.approx(first["seconds"] * 2.0**3, rel=1e-12)
-    assert skipped["ratio_to_fastrvm"] == skipped["seconds"] / rows[1]["peers"]["fastrvm"]["seconds"]
+    # ARD and the CAVI sweep skipped above 50 in quick mode: their times at 80 extrapolated from N = 50
+    # with slope 3 assumed
+    for name in ("ard", "cavi"):
+        first, skipped = rows[0]["peers"][name], rows[1]["peers"][name]
+        assert first["status"] == "measured" and skipped["status"] == "skipped" and skipped["extrapolated"] is True
+        assert skipped["slope_assumed"] is True and skipped["from_sizes"] == [50]
+        assert skipped["seconds"] == pytest.approx(first["seconds"] * (80 / 50) ** 3, rel=1e-12)
+        assert skipped["ratio_to_fastrvm"] == skipped["seconds"] / rows[1]["peers"]["fastrvm"]["seconds"]
 
 
 def test_rvm_bench_quick_classification(tmp_path):
