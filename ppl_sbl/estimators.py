@@ -30,26 +30,22 @@ except ImportError as err:  # pragma: no cover - exercised only without scikit-l
                       "themselves (ppl_sbl.models, ppl_sbl.CAVI) do not.") from err
 
 from .inference import CAVI
-
-
-def _sample_weights(sample_weight, n):
-    """``sample_weight`` as n finite non-negative floats (a number: the same weight for all)."""
-    v = np.asarray(sample_weight, dtype=np.float64)
-    if v.ndim == 0:
-        v = np.full(n, float(v))
-    if v.shape != (n,):
-        raise ValueError(f"`sample_weight` must hold one weight per sample, shape ({n},); got shape {v.shape}.")
-    if not np.all(np.isfinite(v)):
-        raise ValueError("`sample_weight` contains NaN or infinity; give every sample a finite weight.")
-    if np.any(v < 0):
-        raise ValueError("Negative values in data passed to `sample_weight`; weights must be >= 0.")
-    return v
 from .validation import ConvergenceWarning as _LibraryConvergenceWarning
+from .validation import check_targets
 
 __all__ = ["RVR", "RVC", "GPLVMClassifier", "SuperSparseClassifier", "SuperSparseRegressor"]
 
 KERNELS = ("rbf", "linear", "precomputed")
 MULTI_CLASS = ("multinomial", "ovr")
+
+
+def _sample_weights(sample_weight, n):
+    """``sample_weight`` as n finite non-negative floats (a number: the same weight for all)."""
+    v = np.asarray(sample_weight, dtype=np.float64)
+    v = check_targets("sample_weight", np.full(n, float(v)) if v.ndim == 0 else v, n, rows_name="X")
+    if np.any(v < 0):
+        raise ValueError("Negative values in data passed to `sample_weight`; weights must be >= 0.")
+    return v
 
 
 def _warn_unconverged(name, what, cap):

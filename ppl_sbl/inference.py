@@ -127,6 +127,7 @@ class CAVI:
     prune_after: float = 1e-4
     progress_bar: Optional[bool] = None
     schedule: str = "sweep"
+    resolved_guide: Optional[ClosedFormGuide] = dataclasses.field(default=None, init=False, repr=False)
 
     def __post_init__(self):
         self.closed_form = find_guide(self.model, self.guide)
@@ -150,7 +151,7 @@ class CAVI:
     def step(self, state, data):
         """One sweep of the closed-form updates and the ELBO after it: ``(state, elbo)``, compiled
         once per guide (:func:`ppl_sbl.engine.sweep`). No pruning: :meth:`run` adds it."""
-        g = getattr(self, "resolved_guide", None)
+        g = self.resolved_guide
         if g is None:
             raise RuntimeError("call `init(*args, **kwargs)` first: it selects the guide that `step` runs.")
         return engine.compiled_step(g)(state, data)
