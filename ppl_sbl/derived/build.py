@@ -15,7 +15,7 @@ from ..bounds import expected_sigmoid
 from ..guide import ClosedFormGuide
 from .objective import expected_log_joint, linear_moments
 from .structure import (DerivedData, DerivedState, Structure, analyse, base_function, flat, monosum, stack_sites,
-                        trace_model, unstack_sites)
+                        trace_model, unstack_sites, with_array_inputs)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -268,24 +268,25 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
                 fn = base_function(tr[n]["fn"])
                 values[n] = jnp.broadcast_to(fn.concentration / fn.rate, jnp.shape(tr[n]["value"]))
 
-        def site_at(zvec):
-            z = unstack_sites(zvec, gauss, sizes)
-            vals = {**values, **{f: z[f].reshape(shapes[f]) for f in gauss}}
-            return trace_model(model, new_args, new_kwargs, vals)[name]
+        def program(zvec, a, kw):
+            def linear(zvec):
+                z = unstack_sites(zvec, gauss, sizes)
+                st_ = trace_model(model, a, kw, {**values, **{f: z[f].reshape(shapes[f]) for f in gauss}})[name]
+                fn = base_function(st_["fn"])
+                size = int(np.prod(jnp.shape(st_["value"]), dtype=int))
+                scale = flat(fn.scale, size) if isinstance(fn, dist.Normal) else None
+                return flat(fn.loc if isinstance(fn, dist.Normal) else fn.logits, size), scale
+            (mean, scale), J = linear(zvec), jax.jacfwd(lambda zv: linear(zv)[0])(zvec)
+            blocks = np.cumsum([sizes[f] for f in gauss])[:-1]
+            var = sum(jnp.sum((b @ covariance(state, f)) * b, 1) for f, b in zip(gauss, jnp.split(J, blocks, axis=1)))
+            return mean, var, scale
 
-        def linear(zvec):
-            fn = base_function(site_at(zvec)["fn"])
-            size = int(np.prod(jnp.shape(site_at(zvec)["value"]), dtype=int))
-            return flat(fn.loc if isinstance(fn, dist.Normal) else fn.logits, size)
-
-        m = stack_sites(means, gauss)
-        mean = linear(m)
-        J = jax.jacfwd(linear)(m)
-        blocks = np.cumsum([sizes[f] for f in gauss])[:-1]
-        var = sum(jnp.sum((b @ covariance(state, f)) * b, 1) for f, b in zip(gauss, jnp.split(J, blocks, axis=1)))
-        fn = base_function(site_at(m)["fn"])
-        if isinstance(fn, dist.Normal):
-            return mean, var + flat(fn.scale, mean.shape[0]) ** 2
+        try:
+            mean, var, scale = with_array_inputs(new_args, new_kwargs)[0](program)(stack_sites(means, gauss))
+        except jax.errors.JAXTypeError:  # a model that needs concrete values: op by op
+            mean, var, scale = program(stack_sites(means, gauss), new_args, new_kwargs)
+        if scale is not None:
+            return mean, var + scale ** 2
         return expected_sigmoid(mean, var)
 
     def relevance(state, data):
@@ -305,6 +306,6 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
 
     has_jj, has_sum = bool(st.bernoulli), bool(st.sums)
     bound = "+".join(b for b, on in (("jaakkola-jordan", has_jj), ("log-sum", has_sum)) if on) or "none"
-    return ClosedFormGuide(prepare=prepare, init=init, update=update, elbo=elbo, guide=guide_fn, predict=predict,
+    return ClosedFormGuide(prepare=prepare, init=jax.jit(init), update=update, elbo=elbo, guide=guide_fn, predict=predict,
                            relevance=relevance, elbo_exact=elbo_exact if (has_jj or has_sum) else None,
                            bound=bound, observed=st.observed)

@@ -176,47 +176,54 @@ def flat(x, size):
     return jnp.broadcast_to(jnp.asarray(x, dtype=jnp.float64), size).reshape(-1)
 
 
-def _affine_check(name, what, f, x0, x1, tol=1e-8):
-    """Jacobian of f at x0, checked to predict f(x1) (f affine); returns (f(0), J)."""
-    J = jax.jacfwd(f)(x0)
-    f0 = f(x0)
-    got = f(x1)
+class _Read(NamedTuple):
+    """A function of the latent values read where the checks need it: at (z0, u0) (``base``), at
+    (z1, u0) (``z1``) and at (z0, u1) (``u1``), z the stacked Gaussian elements and u the logarithms
+    of the stacked Gamma elements, and its Jacobian at (z0, u0) in z or in u (``jac``)."""
+
+    base: np.ndarray
+    z1: np.ndarray
+    u1: np.ndarray
+    jac: np.ndarray = None
+
+
+def _affine_check(name, what, f0, f1, J, x0, x1, tol=1e-8):
+    """f affine in x: its Jacobian J at x0 predicts f(x1) = f1 from f(x0) = f0; returns (f(0), J)."""
     pred = f0 + J @ (x1 - x0)
-    if not np.allclose(np.asarray(pred), np.asarray(got), rtol=tol, atol=tol * (1 + float(jnp.max(jnp.abs(got))))):
+    if not np.allclose(pred, f1, rtol=tol, atol=tol * (1 + float(np.max(np.abs(f1))))):
         raise NotConjugateError(f"site '{name}': its {what}; {SVI_HINT}.")
     return f0 - J @ x0, J
 
 
-def _monomial(name, what, f, u0, u1, z0, z1):
-    """f(u, z) = ln of a positive quantity; checks it is c + A u (A in {0, 1}, no dependence on z);
-    returns c and the index lists of A's ones (see :func:`monosum`)."""
-    c, A = _affine_check(name, f"{what} is not a product of Gamma variables", lambda u: f(u, z0), u0, u1)
-    if not np.allclose(np.asarray(f(u0, z0)), np.asarray(f(u0, z1))):
+def _monomial(name, what, f: _Read, u0, u1):
+    """f(u, z) = ln of a positive quantity (its Jacobian in u): checks it is c + A u (A in {0, 1}, no
+    dependence on z); returns c and the index lists of A's ones (see :func:`monosum`)."""
+    c, A = _affine_check(name, f"{what} is not a product of Gamma variables", f.base, f.u1, f.jac, u0, u1)
+    if not np.allclose(f.base, f.z1):
         raise NotConjugateError(f"site '{name}': its {what} depends on a Gaussian latent variable; {SVI_HINT}.")
-    An = np.asarray(A)
-    if not np.all(np.isclose(An, 0.0) | np.isclose(An, 1.0)):
+    if not np.all(np.isclose(A, 0.0) | np.isclose(A, 1.0)):
         raise NotConjugateError(
             f"site '{name}': its {what} raises a Gamma variable to a power other than 1 (derived CAVI needs each "
             f"Gamma element at most once, to the first power); {SVI_HINT}.")
     # as index lists: row i is the product of the Gamma elements idx[i, :] (padded with the index
     # one past the last element, which stands for a factor 1)
-    ones = np.isclose(An, 1.0)
-    k = int(ones.sum(1).max()) if An.size else 0
-    idx = np.full((An.shape[0], k), An.shape[1], dtype=np.int32)
+    ones = np.isclose(A, 1.0)
+    k = int(ones.sum(1).max()) if A.size else 0
+    idx = np.full((A.shape[0], k), A.shape[1], dtype=np.int32)
     for i, row in enumerate(ones):
         cols = np.flatnonzero(row)
         idx[i, :len(cols)] = cols
-    return c, jnp.asarray(idx)
+    return jnp.asarray(c), jnp.asarray(idx)
 
 
-def _sum_of_gammas(name, log_f, u0, u1, z0, total):
-    """Index lists of a precision that is a sum of two or more distinct Gamma elements (each
-    with coefficient 1, no constant), or None if it is not one."""
-    f = lambda g: jnp.exp(log_f(jnp.log(g), z0))  # noqa: E731
-    g0, g1 = jnp.exp(u0), jnp.exp(u1)
-    J = np.asarray(jax.jacfwd(f)(g0))
-    if not (np.all(np.isclose(J, 0.0) | np.isclose(J, 1.0)) and np.allclose(np.asarray(f(g1)), J @ np.asarray(g1))
-            and np.allclose(np.asarray(f(g0)), J @ np.asarray(g0))):
+def _sum_of_gammas(log_f: _Read, u0, u1):
+    """Index lists of a precision f(g) = exp(log_f(ln g)) that is a sum of two or more distinct Gamma
+    elements (each with coefficient 1, no constant), or None if it is not one. Its Jacobian in g at
+    g0 = exp(u0) is exp(log_f) dlog_f/du / g0 (chain rule)."""
+    g0, g1 = np.exp(u0), np.exp(u1)
+    f0, f1 = np.exp(log_f.base), np.exp(log_f.u1)
+    J = f0[:, None] * log_f.jac / g0[None, :]
+    if not (np.all(np.isclose(J, 0.0) | np.isclose(J, 1.0)) and np.allclose(f1, J @ g1) and np.allclose(f0, J @ g0)):
         return None
     ones = np.isclose(J, 1.0)
     counts = ones.sum(1)
@@ -260,9 +267,45 @@ class Structure(NamedTuple):
     sums: tuple = ()  # Normal sites whose precision is a sum of Gamma elements (log-sum bound)
 
 
+def with_array_inputs(args, kwargs):
+    """``compile(f)`` for functions ``f(*xs, args, kwargs)``: ``f`` compiled once, the array leaves
+    of (args, kwargs) entering as inputs of the program (not as constants in it) and the other
+    leaves (strings, numbers) fixed; ``compile(f)(*xs)`` runs it on these arguments."""
+    leaves, tree = jax.tree.flatten((args, kwargs))
+    is_array = [isinstance(leaf, (np.ndarray, jax.Array)) for leaf in leaves]
+    arrays = [leaf for leaf, a in zip(leaves, is_array) if a]
+
+    def rebuild(values):
+        values = iter(values)
+        return jax.tree.unflatten(tree, [next(values) if a else leaf for leaf, a in zip(leaves, is_array)])
+
+    def compile(f):
+        compiled = jax.jit(lambda xs, values: f(*xs, *rebuild(values)))
+        return lambda *xs: compiled(xs, arrays)
+
+    def abstract(f):
+        return lambda *xs: jax.eval_shape(lambda values: f(*xs, *rebuild(values)), arrays)
+
+    return compile, abstract
+
+
 def analyse(model, args, kwargs):
-    """(structure, data) of model(*args, **kwargs) from its trace; see the module docstring."""
-    tr = trace_model(model, args, kwargs)
+    """(structure, data) of model(*args, **kwargs) from its trace; see the module docstring.
+
+    Every site is read at three points of the latent values, with its Jacobians, in one compiled
+    program where the model traces under ``jax.jit``; a model that needs concrete values (NumPy
+    calls on its arguments) is read op by op instead."""
+    try:
+        return _analyse(model, args, kwargs, *with_array_inputs(args, kwargs))
+    except jax.errors.JAXTypeError:
+        eager = lambda f: lambda *xs: f(*xs, args, kwargs)  # noqa: E731
+        return _analyse(model, args, kwargs, eager, eager)
+
+
+def _analyse(model, args, kwargs, compile, abstract):
+    first = []  # the trace at the safe values: site kinds, shapes and event dimensions (no numbers read)
+    abstract(lambda a, kw: first.append(trace_model(model, a, kw)))()
+    tr = first[0]
     gauss, gamma, normal_sites, bern_sites, gamma_priors = _classify(tr)
     if not gauss and not gamma:
         name = getattr(model, "__name__", repr(model))
@@ -275,75 +318,89 @@ def analyse(model, args, kwargs):
     for name in gamma:  # stacked Gamma elements: offsets into ln g
         offsets[name] = total
         total += sizes[name]
-    k1, k2, k3, k4 = jax.random.split(jax.random.PRNGKey(0), 4)
-    z0 = {n: jax.random.normal(jax.random.fold_in(k1, i), (sizes[n],)) for i, n in enumerate(gauss)}
-    z1 = {n: jax.random.normal(jax.random.fold_in(k2, i), (sizes[n],)) for i, n in enumerate(gauss)}
-    u0 = 0.3 * jax.random.normal(k3, (total,))
-    u1 = 0.3 * jax.random.normal(k4, (total,))
+    site_names = [n for n, _ in _sites(tr)]
+    site_sizes = {n: int(np.prod(jnp.shape(tr[n]["value"]), dtype=int)) for n in site_names}
+    draw = np.random.default_rng(0)  # two generic points of the latent values
+    z0 = {n: draw.standard_normal(sizes[n]) for n in gauss}
+    z1 = {n: draw.standard_normal(sizes[n]) for n in gauss}
+    u0, u1 = 0.3 * draw.standard_normal(total), 0.3 * draw.standard_normal(total)
     zv0, zv1 = stack_sites(z0, gauss), stack_sites(z1, gauss)
 
-    def site(z, u, name):
+    def read(zvec, u, a, kw):
+        """Per site: the log of its log-density scale; a Gamma prior's shape and rate; r = x - mu
+        (Normal) or the logits (Bernoulli); a Normal's log precision."""
+        z = unstack_sites(zvec, gauss, sizes)
         values = {n: z[n].reshape(shapes[n]) for n in gauss}
         values.update({n: jnp.exp(u[offsets[n]:offsets[n] + sizes[n]]).reshape(shapes[n]) for n in gamma})
-        return trace_model(model, args, kwargs, values)[name]
-
-    def linear_part(name, size):
-        """r = x - mu (Normal) or the logits (Bernoulli) as a function of (stacked z, u)."""
-        def f(zvec, u):
-            st = site(unstack_sites(zvec, gauss, sizes), u, name)
+        trace = trace_model(model, a, kw, values)
+        out = {"scale": {}, "prior": {}, "linear": {}, "precision": {}, "observed": {}}
+        for name in site_names:
+            st, size = trace[name], site_sizes[name]
+            if st["is_observed"]:
+                out["observed"][name] = st["value"]
+            out["scale"][name] = jnp.zeros(size) if st["scale"] is None else jnp.log(flat(st["scale"], size))
             fn = base_function(st["fn"])
-            if isinstance(fn, dist.Normal):
-                return flat(st["value"], size) - flat(fn.loc, size)
-            return flat(fn.logits, size)
-        return f
+            if name in gamma_priors:
+                out["prior"][name] = (flat(fn.concentration, size), flat(fn.rate, size))
+            elif isinstance(fn, dist.Normal):
+                out["linear"][name] = flat(st["value"], size) - flat(fn.loc, size)
+                out["precision"][name] = -2.0 * jnp.log(flat(fn.scale, size))
+            else:
+                out["linear"][name] = flat(fn.logits, size)
+        return out
 
-    def log_precision(name, size):
-        return lambda u, z: -2.0 * jnp.log(flat(base_function(site(z, u, name)["fn"]).scale, size))
+    def program(zv0, zv1, u0, u1, a, kw):
+        points = [read(zv, u, a, kw) for zv, u in ((zv0, u0), (zv1, u0), (zv0, u1))]
+        for p in points[1:]:
+            del p["observed"]
+        d_z = jax.jacfwd(lambda zv: read(zv, u0, a, kw)["linear"])(zv0)
+        d_u = jax.jacfwd(lambda u: {k: read(zv0, u, a, kw)[k] for k in ("scale", "precision")})(u0)
+        return points, d_z, d_u
 
-    def log_scale(name, size):
-        def ls(u, z):
-            sc = site(z, u, name)["scale"]
-            return jnp.zeros(size) if sc is None else jnp.log(flat(sc, size))
-        return ls
+    points, d_z, d_u = jax.tree.map(np.asarray, compile(program)(zv0, zv1, u0, u1))
+    base, at_z1, at_u1 = points
+    d_u = {**d_u, "linear": d_z}
 
+    def at(kind, name):
+        return _Read(base[kind][name], at_z1[kind][name], at_u1[kind][name], d_u.get(kind, {}).get(name))
+
+    zv0, zv1, u0, u1 = (np.asarray(v) for v in (zv0, zv1, u0, u1))
     terms, jj, priors, normal, sums = {}, {}, {}, [], {}
-    for name in [n for n, _ in _sites(tr)]:
-        st = tr[name]
-        size = int(np.prod(jnp.shape(st["value"]), dtype=int))
+    for name in site_names:
+        size = site_sizes[name]
         # the log-density scale: a constant or a monomial in the Gamma elements, not the Gaussians
-        cs, As = _monomial(name, "log-density scale (numpyro.handlers.scale)", log_scale(name, size), u0, u1, z0, z1)
+        cs, As = _monomial(name, "log-density scale (numpyro.handlers.scale)", at("scale", name), u0, u1)
         if name in gamma_priors:
-            for other_u, other_z in ((u1, z0), (u0, z1)):
-                fa, fb = base_function(st["fn"]), base_function(site(other_z, other_u, name)["fn"])
-                if not (np.allclose(flat(fa.concentration, size), flat(fb.concentration, size))
-                        and np.allclose(flat(fa.rate, size), flat(fb.rate, size))):
+            prior = at("prior", name)
+            for other in (prior.u1, prior.z1):
+                if not (np.allclose(prior.base[0], other[0]) and np.allclose(prior.base[1], other[1])):
                     raise NotConjugateError(
                         f"site '{name}': a Gamma prior whose shape or rate depends on other latent variables is not "
                         f"conjugate in derived CAVI (they must be constants); {SVI_HINT}.")
-            fn = base_function(st["fn"])
-            sel = jnp.arange(offsets[name], offsets[name] + size, dtype=jnp.int32)
-            priors[name] = _GammaPrior(flat(fn.concentration, size), flat(fn.rate, size), cs, As, sel)
+            sel = jnp.asarray(np.arange(offsets[name], offsets[name] + size, dtype=np.int32))
+            priors[name] = _GammaPrior(jnp.asarray(prior.base[0]), jnp.asarray(prior.base[1]), cs, As, sel)
             continue
-        f = linear_part(name, size)
+        linear = at("linear", name)
         what = "mean" if name in normal_sites else "logits"
-        a, J = _affine_check(name, f"{what} is not affine in the Gaussian latent variables", lambda zv: f(zv, u0),
-                             zv0, zv1)
-        if not np.allclose(np.asarray(f(zv0, u0)), np.asarray(f(zv0, u1))):
+        a, J = _affine_check(name, f"{what} is not affine in the Gaussian latent variables", linear.base, linear.z1,
+                             linear.jac, zv0, zv1)
+        a = jnp.asarray(a)
+        if not np.allclose(linear.base, linear.u1):
             raise NotConjugateError(f"site '{name}': its {what} depends on a Gamma variable; {SVI_HINT}.")
-        B = dict(zip(gauss, np.split(np.asarray(J), np.cumsum([sizes[g] for g in gauss])[:-1], axis=1)))
+        B = dict(zip(gauss, np.split(J, np.cumsum([sizes[g] for g in gauss])[:-1], axis=1)))
         # a diagonal block (a Gaussian site's own prior) is kept as its diagonal: no dense products
         B = {g: jnp.asarray(np.diag(b).copy() if is_diagonal(b) else b) for g, b in B.items() if np.any(b != 0)}
         if name in bern_sites:
-            t = np.asarray(st["value"], dtype=np.float64).reshape(-1)
+            t = np.asarray(base["observed"][name], dtype=np.float64).reshape(-1)
             if not np.all((t == 0) | (t == 1)):
                 raise ValueError(f"site '{name}': Bernoulli observations must be 0 or 1; got the values "
                                  f"{np.unique(t)[:5]}. Code the labels as 0/1.")
             jj[name] = _JJTerm(a, B, jnp.asarray(2.0 * t - 1.0), cs, As)
             continue
         try:
-            c, A = _monomial(name, "precision (1 / scale^2)", log_precision(name, size), u0, u1, z0, z1)
+            c, A = _monomial(name, "precision (1 / scale^2)", at("precision", name), u0, u1)
         except NotConjugateError as not_product:
-            idx = _sum_of_gammas(name, log_precision(name, size), u0, u1, z0, total)
+            idx = _sum_of_gammas(at("precision", name), u0, u1)
             if idx is None:
                 raise not_product
             sums[name] = _SumTerm(a, B, idx, cs, As)
@@ -351,11 +408,12 @@ def analyse(model, args, kwargs):
         uniform = bool(np.all(np.asarray(A) == np.asarray(A)[:1]) and np.all(np.asarray(As) == np.asarray(As)[:1])
                        and np.ptp(np.asarray(c)) == 0 and np.ptp(np.asarray(cs)) == 0)  # every row alike
         G, aTa, BTa, F = {}, jnp.zeros(()), {}, {}
-        if uniform:
-            G = {g: (jnp.diag(b ** 2) if b.ndim == 1 else b.T @ b) for g, b in B.items()}
+        if uniform:  # (in NumPy: the analysis compiles no programs of its own)
+            Bn, an = {g: np.asarray(b) for g, b in B.items()}, np.asarray(a)
+            G = {g: jnp.asarray(np.diag(b ** 2) if b.ndim == 1 else b.T @ b) for g, b in Bn.items()}
             if len(B) == 1:
-                (g, b), = B.items()
-                aTa, BTa = jnp.sum(a ** 2), {g: apply_matrix(b, a) if b.ndim == 1 else b.T @ a}
+                (g, b), = Bn.items()
+                aTa, BTa = jnp.asarray(np.sum(an ** 2)), {g: jnp.asarray(apply_matrix(b, an) if b.ndim == 1 else b.T @ an)}
                 factor = low_rank_factor(np.asarray(G[g])) if b.ndim == 2 else None
                 if factor is not None:
                     F, G = {g: jnp.asarray(factor)}, {}
@@ -387,7 +445,7 @@ def analyse(model, args, kwargs):
         latent_order=latent_order, normal=tuple(normal), bernoulli=tuple((n, tuple(jj[n].B)) for n in jj),
         sums=tuple((n, tuple(sums[n].B), tuple(sums[n].idx.shape)) for n in sums),
         priors=tuple(priors), observed=observed[0] if observed else "", touches=touches, lowrank=tuple(lowrank))
-    values = {n: jnp.asarray(st_["value"]) for n, st_ in _sites(tr) if st_["is_observed"]}
+    values = {n: jnp.asarray(v) for n, v in base["observed"].items()}
     return structure, DerivedData(terms, jj, priors, sums, values)
 
 
