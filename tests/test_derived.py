@@ -316,3 +316,19 @@ def test_models_outside_the_vocabulary_raise_a_named_error(model, site, what):
     t = np.zeros(10)
     with pytest.raises(NotConjugateError, match=f"site '{site}'.*{what}.*SVI"):
         ppl_sbl.CAVI(model).run(Phi, t)
+
+
+def student_t_rvm_in_numpy(Phi, t=None, *, nu=4.0):
+    """``student_t_rvm`` with its design turned into a NumPy array: it cannot trace under jax.jit."""
+    student_t_rvm(np.asarray(Phi, dtype=np.float64), t, nu=nu)
+
+
+def test_a_model_that_needs_concrete_values_is_analysed_op_by_op_to_the_same_fit():
+    Phi, t = _outlier_problem(seed=3)
+    with pytest.raises(jax.errors.TracerArrayConversionError):
+        jax.jit(lambda P: student_t_rvm_in_numpy(P, t))(Phi)
+    compiled = ppl_sbl.CAVI(student_t_rvm, guide="derived", tol=1e-300, max_sweeps=30).run(Phi, t)
+    eager = ppl_sbl.CAVI(student_t_rvm_in_numpy, guide="derived", tol=1e-300, max_sweeps=30).run(Phi, t)
+    np.testing.assert_allclose(eager.elbo_trace, compiled.elbo_trace, rtol=1e-10)
+    for a, b in zip(eager.predict(Phi[:7]), compiled.predict(Phi[:7])):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
