@@ -102,17 +102,8 @@ def compiled_step(guide):
     return guide.compiled("step", functools.partial(sweep, guide))
 
 
-def compiled_watched_step(guide):
-    """One sweep of updates followed by the ELBO of the updated state and the state's change
-    (:func:`state_change`)."""
-
-    def watched(state, data):
-        before = summary(guide, state, data)
-        state, value = sweep(guide, state, data)
-        return state, value, state_change(before, summary(guide, state, data))
-
-    return guide.compiled("watched step", watched)
-
+COMPACT_MIN = 32  # the fewest slots a pruned state is compacted into: below this the sweeps cost less
+                 # than compiling them again for another size
 
 CHUNK = 256  # sweeps one compiled call may run before it hands the trace back
 

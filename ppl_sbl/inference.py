@@ -168,10 +168,13 @@ class CAVI:
         threshold = jnp.asarray(self.prune_threshold, dtype=jnp.float64)
         do_prune = bool(self.prune) and bool(engine.active_fields(state))
 
-        sweep = engine.compiled_watched_step(g)
         chunk = engine.compiled_chunk(g)
         tol = jnp.asarray(self.tol, dtype=jnp.float64)
         prune_after = jnp.asarray(self.prune_after, dtype=jnp.float64)
+
+        def sweep(state, data):  # one sweep (the chunk's program, run once): (state, ELBO, state change)
+            state, chunk_values, chunk_moves, _ = chunk(state, data, -math.inf, 0, 1, 0, tol, prune_after, False)
+            return state, chunk_values[0], chunk_moves[0]
         trace, prune_events = [], []
         converged = False
         start = time.perf_counter()
@@ -229,7 +232,7 @@ class CAVI:
                     prune_events.append((i, active))
                     pending = state
                     total = pruned._asdict()[engine.active_fields(pruned)[0]].index.shape[0]
-                    size = gaussian.bucket_size(active, total)
+                    size = gaussian.bucket_size(active, total, minimum=engine.COMPACT_MIN)
                     state = engine.compact_state(pruned, size) if size < total else pruned
             if bar_clock is None:
                 bar_clock = time.perf_counter()  # compilation does not count towards the delay
