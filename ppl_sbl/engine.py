@@ -11,6 +11,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import gaussian
 from .guide import ClosedFormGuide
@@ -100,6 +101,28 @@ def state_tol(tol):
 def compiled_step(guide):
     """:func:`sweep` of this guide, compiled."""
     return guide.compiled("step", functools.partial(sweep, guide))
+
+
+def array_inputs(args, kwargs):
+    """(arrays, rebuild, static) of a call's arguments: the array leaves of (args, kwargs), a
+    function that puts arrays of the same shapes back in their places, and a hashable key of
+    everything else (the tree and its other leaves: strings, numbers). A program compiled with
+    ``arrays`` as inputs serves every call with the same ``static`` and shapes."""
+    leaves, tree = jax.tree.flatten((args, kwargs))
+    is_array = tuple(isinstance(leaf, (np.ndarray, jax.Array)) for leaf in leaves)
+    arrays = [leaf for leaf, a in zip(leaves, is_array) if a]
+    others = tuple(leaf for leaf, a in zip(leaves, is_array) if not a)
+
+    def rebuild(values):
+        values, rest = iter(values), iter(others)
+        return jax.tree.unflatten(tree, [next(values) if a else next(rest) for a in is_array])
+
+    static = (tree, is_array, others)
+    try:
+        hash(static)
+    except TypeError:  # an unhashable leaf: no key, the caller compiles for this call only
+        static = None
+    return arrays, rebuild, static
 
 
 COMPACT_MIN = 32  # the fewest slots a pruned state is compacted into: below this the sweeps cost less

@@ -517,8 +517,20 @@ class CAVIResult(ResultMethods, Saveable):
 
         if isinstance(key, int):
             key = jax.random.PRNGKey(key)
-        pred = Predictive(self.guide, num_samples=int(num_samples))
-        return {k: np.asarray(v) for k, v in pred(key, *self.args, **self.kwargs).items()}
+        n, g = int(num_samples), self.guide_spec
+        arrays, rebuild, static = engine.array_inputs(self.args, self.kwargs)
+
+        def draw(key, state, arrays):  # the state and the arrays as inputs: one program per shapes
+            args, kwargs = rebuild(arrays)
+            return Predictive(g.guide(state), num_samples=n)(key, *args, **kwargs)
+
+        draw = jax.jit(draw) if static is None else g.compiled(("sample", n, static), draw)
+        return {k: np.asarray(v) for k, v in draw(key, self.state, arrays).items()}
+
+    def compiled(self, name, fn):
+        """``jax.jit(fn)``, kept by the fit's guide (:meth:`ClosedFormGuide.compiled`) for every fit
+        of the same model: the program and ``fn`` must be the same for every call with this name."""
+        return self.guide_spec.compiled(("result", self.model, name), fn)
 
     def __getattr__(self, name):
         # model-specific summaries (ClosedFormGuide.extras), e.g. result.outlier_score

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable, Optional, Protocol, runtime_checkable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["FitResult", "ResultMethods", "inference_data"]
@@ -81,8 +82,28 @@ class ResultMethods:
         ``log_likelihood`` on the program)."""
         from numpyro.infer import log_likelihood
 
-        values = log_likelihood(self.program, draws, *self.args, **self.kwargs)
+        from .engine import array_inputs
+
+        arrays, rebuild, static = array_inputs(self.args, self.kwargs)
+        program = self.program
+
+        def pointwise(draws, arrays):  # draws and arguments as inputs: one program per shapes
+            args, kwargs = rebuild(arrays)
+            return log_likelihood(program, draws, *args, **kwargs)
+
+        draws = {k: jnp.asarray(v) for k, v in draws.items()}
+        shapes = tuple(sorted((k, v.shape) for k, v in draws.items()))
+        fn = jax.jit(pointwise) if static is None else self.compiled(("log likelihood", shapes, static), pointwise)
+        try:
+            values = fn(draws, arrays)
+        except jax.errors.JAXTypeError:  # a program that needs concrete arguments: op by op
+            values = log_likelihood(program, draws, *self.args, **self.kwargs)
         return {k: np.asarray(v) for k, v in values.items()}
+
+    def compiled(self, name, fn):
+        """``jax.jit(fn)``, kept with the fit's guide where it has one (``fn`` the same for every
+        call with this name)."""
+        return jax.jit(fn)
 
     def to_inference_data(self, num_samples: int = 1000, seed: int = 0):
         """An ArviZ ``InferenceData``: posterior draws, pointwise log-likelihood (for ``az.loo``),

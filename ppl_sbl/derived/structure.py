@@ -11,6 +11,7 @@ import numpy as np
 import numpyro.distributions as dist
 from numpyro import handlers
 
+from .. import engine
 from ..gaussian import low_rank_factor
 
 SVI_HINT = ("fit this model with SVI instead (numpyro.infer.SVI with an AutoNormal guide and "
@@ -268,16 +269,11 @@ class Structure(NamedTuple):
 
 
 def with_array_inputs(args, kwargs):
-    """``compile(f)`` for functions ``f(*xs, args, kwargs)``: ``f`` compiled once, the array leaves
-    of (args, kwargs) entering as inputs of the program (not as constants in it) and the other
-    leaves (strings, numbers) fixed; ``compile(f)(*xs)`` runs it on these arguments."""
-    leaves, tree = jax.tree.flatten((args, kwargs))
-    is_array = [isinstance(leaf, (np.ndarray, jax.Array)) for leaf in leaves]
-    arrays = [leaf for leaf, a in zip(leaves, is_array) if a]
-
-    def rebuild(values):
-        values = iter(values)
-        return jax.tree.unflatten(tree, [next(values) if a else leaf for leaf, a in zip(leaves, is_array)])
+    """``(compile, abstract)`` for functions ``f(*xs, args, kwargs)``: ``compile(f)(*xs)`` runs ``f``
+    compiled, the array leaves of (args, kwargs) entering as inputs of the program (not as
+    constants in it; :func:`ppl_sbl.engine.array_inputs`); ``abstract(f)(*xs)`` traces it for
+    shapes only."""
+    arrays, rebuild, _ = engine.array_inputs(args, kwargs)
 
     def compile(f):
         compiled = jax.jit(lambda xs, values: f(*xs, *rebuild(values)))
