@@ -96,9 +96,17 @@ class ResultMethods:
         fn = jax.jit(pointwise) if static is None else self.compiled(("log likelihood", shapes, static), pointwise)
         try:
             values = fn(draws, arrays)
-        except jax.errors.JAXTypeError:  # a program that needs concrete arguments: op by op
+        except Exception:  # the program does not trace with array inputs (it needs concrete values): op by op
             values = log_likelihood(program, draws, *self.args, **self.kwargs)
         return {k: np.asarray(v) for k, v in values.items()}
+
+    def monte_carlo_elbo(self, num_particles: int = 4000, seed: int = 0) -> np.ndarray:
+        """Per-particle values of NumPyro's ``Trace_ELBO`` on the program and the fitted guide
+        (:func:`ppl_sbl.diagnostics.monte_carlo_elbo`): (num_particles,)."""
+        from .diagnostics import monte_carlo_elbo
+
+        return monte_carlo_elbo(self.program, self.guide, *self.args, num_particles=num_particles, seed=seed,
+                                **self.kwargs)
 
     def compiled(self, name, fn):
         """``jax.jit(fn)``, kept with the fit's guide where it has one (``fn`` the same for every

@@ -96,3 +96,14 @@ def test_compiled_draws_and_log_likelihood_equal_numpyro_run_op_by_op(problem):
     pointwise = res.log_likelihood(draws)
     for name, value in log_likelihood(rvm.regression, draws, Phi, t).items():
         np.testing.assert_allclose(pointwise[name], value, rtol=1e-9, atol=1e-9)
+
+
+def test_kept_monte_carlo_elbo_equals_numpyro_trace_elbo_on_the_built_guide(problem):
+    from ppl_sbl.diagnostics import monte_carlo_elbo
+
+    Phi, t = problem
+    res = ppl_sbl.CAVI(rvm.regression, progress_bar=False).run(Phi, t)
+    kept = res.monte_carlo_elbo(num_particles=300, seed=4)
+    generic = monte_carlo_elbo(rvm.regression, res.guide, Phi, t, num_particles=300, seed=4)
+    np.testing.assert_allclose(kept, generic, rtol=1e-10)
+    assert res.check_guide(num_particles=300, seed=4).monte_carlo == float(np.mean(kept))

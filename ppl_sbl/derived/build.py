@@ -283,7 +283,7 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
 
         try:
             mean, var, scale = with_array_inputs(new_args, new_kwargs)[0](program)(stack_sites(means, gauss))
-        except jax.errors.JAXTypeError:  # a model that needs concrete values: op by op
+        except Exception:  # the model does not trace with array inputs (it needs concrete values): op by op
             mean, var, scale = program(stack_sites(means, gauss), new_args, new_kwargs)
         if scale is not None:
             return mean, var + scale ** 2

@@ -293,7 +293,7 @@ def analyse(model, args, kwargs):
     calls on its arguments) is read op by op instead."""
     try:
         return _analyse(model, args, kwargs, *with_array_inputs(args, kwargs))
-    except jax.errors.JAXTypeError:
+    except Exception:  # the model does not trace with array inputs (it needs concrete values)
         eager = lambda f: lambda *xs: f(*xs, args, kwargs)  # noqa: E731
         return _analyse(model, args, kwargs, eager, eager)
 
