@@ -125,6 +125,27 @@ def array_inputs(args, kwargs):
     return arrays, rebuild, static
 
 
+def call_compiled(compiled, name, fn, inputs, args, kwargs, fallback):
+    """``fn(*inputs, *args, **kwargs)`` in one program whose inputs are ``inputs`` and the array
+    leaves of (args, kwargs) (:func:`array_inputs`): ``compiled((name, static), program)`` makes or
+    finds it, so a caller that keeps programs by key (:meth:`ppl_sbl.ClosedFormGuide.compiled`)
+    serves every call with the same static arguments and shapes with one program. ``fallback()``
+    (op by op) answers where the arguments have no static key or ``fn`` does not trace with array
+    inputs (it needs concrete values)."""
+    arrays, rebuild, static = array_inputs(args, kwargs)
+    if static is None:
+        return fallback()
+
+    def program(inputs, arrays):
+        args, kwargs = rebuild(arrays)
+        return fn(*inputs, *args, **kwargs)
+
+    try:
+        return compiled((name, static), program)(inputs, arrays)
+    except Exception:  # does not trace with array inputs: op by op
+        return fallback()
+
+
 COMPACT_MIN = 32  # the fewest slots a pruned state is compacted into: below this the sweeps cost less
                  # than compiling them again for another size
 

@@ -518,17 +518,10 @@ class CAVIResult(ResultMethods, Saveable):
         if isinstance(key, int):
             key = jax.random.PRNGKey(key)
         n, g = int(num_samples), self.guide_spec
-        arrays, rebuild, static = engine.array_inputs(self.args, self.kwargs)
-
-        def draw(key, state, arrays):  # the state and the arrays as inputs: one program per shapes
-            args, kwargs = rebuild(arrays)
-            return Predictive(g.guide(state), num_samples=n)(key, *args, **kwargs)
-
-        draw = jax.jit(draw) if static is None else g.compiled(("sample", n, static), draw)
-        try:
-            values = draw(key, self.state, arrays)
-        except Exception:  # the guide does not trace with array inputs (it needs concrete values): op by op
-            values = Predictive(self.guide, num_samples=n)(key, *self.args, **self.kwargs)
+        values = engine.call_compiled(
+            g.compiled, ("sample", n), lambda key, state, *a, **k: Predictive(g.guide(state), num_samples=n)(key, *a, **k),
+            (key, self.state), self.args, self.kwargs,
+            fallback=lambda: Predictive(self.guide, num_samples=n)(key, *self.args, **self.kwargs))
         return {k: np.asarray(v) for k, v in values.items()}
 
     def monte_carlo_elbo(self, num_particles: int = 4000, seed: int = 0) -> np.ndarray:
@@ -537,21 +530,16 @@ class CAVIResult(ResultMethods, Saveable):
         program per shapes kept by the guide (the state and the arrays are its inputs)."""
         from numpyro.infer import Trace_ELBO
 
-        arrays, rebuild, static = engine.array_inputs(self.args, self.kwargs)
-        if static is None:
-            return super().monte_carlo_elbo(num_particles, seed)
         model, build = self.model, self.guide_spec.guide
 
-        def values(keys, state, arrays):
-            args, kwargs = rebuild(arrays)
+        def values(keys, state, *args, **kwargs):
             elbo, guide = Trace_ELBO(num_particles=1), build(state)
             return jax.vmap(lambda key: -elbo.loss(key, {}, model, guide, *args, **kwargs))(keys)
 
         keys = jax.random.split(jax.random.PRNGKey(seed), int(num_particles))
-        try:
-            return np.asarray(self.compiled(("monte carlo elbo", static), values)(keys, self.state, arrays))
-        except Exception:  # the model does not trace with array inputs (it needs concrete values): op by op
-            return super().monte_carlo_elbo(num_particles, seed)
+        generic = super().monte_carlo_elbo
+        return np.asarray(engine.call_compiled(self.compiled, "monte carlo elbo", values, (keys, self.state),
+                                               self.args, self.kwargs, fallback=lambda: generic(num_particles, seed)))
 
     def compiled(self, name, fn):
         """``jax.jit(fn)``, kept by the fit's guide (:meth:`ClosedFormGuide.compiled`) for every fit

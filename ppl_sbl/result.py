@@ -9,6 +9,7 @@ others (observed data, pointwise log-likelihood, InferenceData, the guide check)
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, Optional, Protocol, runtime_checkable
 
 import jax
@@ -82,22 +83,12 @@ class ResultMethods:
         ``log_likelihood`` on the program)."""
         from numpyro.infer import log_likelihood
 
-        from .engine import array_inputs
+        from .engine import call_compiled
 
-        arrays, rebuild, static = array_inputs(self.args, self.kwargs)
-        program = self.program
-
-        def pointwise(draws, arrays):  # draws and arguments as inputs: one program per shapes
-            args, kwargs = rebuild(arrays)
-            return log_likelihood(program, draws, *args, **kwargs)
-
-        draws = {k: jnp.asarray(v) for k, v in draws.items()}
-        shapes = tuple(sorted((k, v.shape) for k, v in draws.items()))
-        fn = jax.jit(pointwise) if static is None else self.compiled(("log likelihood", shapes, static), pointwise)
-        try:
-            values = fn(draws, arrays)
-        except Exception:  # the program does not trace with array inputs (it needs concrete values): op by op
-            values = log_likelihood(program, draws, *self.args, **self.kwargs)
+        program, draws = self.program, {k: jnp.asarray(v) for k, v in draws.items()}
+        values = call_compiled(self.compiled, "log likelihood", functools.partial(log_likelihood, program), (draws,),
+                               self.args, self.kwargs,
+                               fallback=lambda: log_likelihood(program, draws, *self.args, **self.kwargs))
         return {k: np.asarray(v) for k, v in values.items()}
 
     def monte_carlo_elbo(self, num_particles: int = 4000, seed: int = 0) -> np.ndarray:
