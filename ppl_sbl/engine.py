@@ -103,6 +103,15 @@ def compiled_step(guide):
     return guide.compiled("step", functools.partial(sweep, guide))
 
 
+def initial_state(guide, data):
+    """``guide.init(data)``, compiled once per guide and shapes; op by op where it does not trace
+    (an ``init`` that reads values on the host)."""
+    try:
+        return guide.compiled("init", guide.init)(data)
+    except Exception:  # does not trace: op by op
+        return guide.init(data)
+
+
 def array_inputs(args, kwargs):
     """(arrays, rebuild, static) of a call's arguments: the array leaves of (args, kwargs), a
     function that puts arrays of the same shapes back in their places, and a hashable key of

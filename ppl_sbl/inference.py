@@ -146,7 +146,7 @@ class CAVI:
         Selects the guide for these arguments, which :meth:`step` then runs."""
         self.resolved_guide = g = resolve_guide(self.closed_form, args, kwargs)
         data = engine.strong(g.prepare(*args, **kwargs))
-        return engine.strong(g.init(data) if init_state is None else init_state), data
+        return engine.strong(engine.initial_state(g, data) if init_state is None else init_state), data
 
     def step(self, state, data):
         """One sweep of the closed-form updates and the ELBO after it: ``(state, elbo)``, compiled

@@ -19,6 +19,7 @@ from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import expfam
 from . import gaussian as G
@@ -75,16 +76,16 @@ def prepare_gaussian(Phi, t, e0, f0, gram=True) -> GaussianLikelihood:
     """From validated NumPy ``Phi`` and ``t`` and scalar hyperparameters. ``gram=False``: neither
     the Gram matrix nor its factor (for a q(w) whose active set is small: the functions below then
     form Phi_A^T Phi_A over its slots, O(N B^2))."""
+    Phi, t = np.asarray(Phi), np.asarray(t)
     factor = G.design_low_rank_factor(Phi) if gram else None
     gram = Phi.T @ Phi if gram and factor is None else None  # the factor replaces it
-    Phi, t = jnp.asarray(Phi), jnp.asarray(t)
     return GaussianLikelihood(
-        Phi=Phi,
-        t=t,
+        Phi=jnp.asarray(Phi),
+        t=jnp.asarray(t),
         gram=None if gram is None else jnp.asarray(gram),
         gram_factor=None if factor is None else jnp.asarray(factor),
-        phi_t=Phi.T @ t,
-        col_sq=jnp.sum(Phi**2, axis=0),
+        phi_t=jnp.asarray(Phi.T @ t),
+        col_sq=jnp.asarray(np.sum(Phi**2, axis=0)),
         e0=e0,
         f0=f0,
     )

@@ -67,6 +67,7 @@ PREDICTIVE_SCALE_RATIO = 3.0  # (P) is resolved to rounding while s_i / s_j <= t
 _ASYMPTOTIC_BELOW = -37.0  # erfc(-x / sqrt 2) / 2 underflows below about -37.5
 
 
+@jax.jit
 def log_ndtr(x):
     """ln Phi(x) to float64 accuracy everywhere (within 2e-14 of scipy's log_ndtr, relative to
     max(1, |ln Phi|)) with one erfc (JAX's evaluates all of its branches, and its default 3-term
@@ -110,6 +111,7 @@ def _mills_from_log(x, log_phi):
     return jnp.exp(-0.5 * x * x - _LOG_SQRT_2PI - log_phi)
 
 
+@jax.jit
 def mills_ratio(x):
     """lambda(x) = N(x) / Phi(x), the inverse Mills ratio (about -x for x -> -inf, 0 for x -> inf)."""
     return _mills_from_log(x, log_ndtr(x))

@@ -67,16 +67,34 @@ class ResultMethods:
 
     @property
     def observed(self) -> dict:
-        """{observed site: value}, read from a trace of the program on the fitted arguments (its
-        latent sites drawn from the guide)."""
+        """{observed site: value}, read from a trace of the program on the fitted arguments: in one
+        program with its latent sites at zero (the observed values do not depend on them), or op by
+        op with them drawn from the guide where the program does not trace with array inputs."""
         from numpyro import handlers
 
-        draw = handlers.trace(handlers.seed(self.guide, rng_seed=0)).get_trace(*self.args, **self.kwargs)
-        latent = {name: site["value"] for name, site in draw.items() if site["type"] == "sample"}
-        program = handlers.substitute(handlers.seed(self.program, rng_seed=0), data=latent)
-        trace = handlers.trace(program).get_trace(*self.args, **self.kwargs)
-        return {name: np.asarray(site["value"]) for name, site in trace.items()
-                if site["type"] == "sample" and site["is_observed"]}
+        from .engine import call_compiled
+
+        program = self.program
+
+        def at_zero(site):
+            if site["type"] != "sample" or site["is_observed"]:
+                return None
+            return jnp.zeros(site["fn"].shape(site["kwargs"].get("sample_shape", ())))
+
+        def read(*args, **kwargs):
+            trace = handlers.trace(handlers.seed(handlers.substitute(program, substitute_fn=at_zero), rng_seed=0))
+            return {name: site["value"] for name, site in trace.get_trace(*args, **kwargs).items()
+                    if site["type"] == "sample" and site["is_observed"]}
+
+        def drawn():
+            draw = handlers.trace(handlers.seed(self.guide, rng_seed=0)).get_trace(*self.args, **self.kwargs)
+            latent = {name: site["value"] for name, site in draw.items() if site["type"] == "sample"}
+            trace = handlers.trace(handlers.substitute(handlers.seed(program, rng_seed=0), data=latent))
+            return {name: site["value"] for name, site in trace.get_trace(*self.args, **self.kwargs).items()
+                    if site["type"] == "sample" and site["is_observed"]}
+
+        values = call_compiled(self.compiled, "observed", read, (), self.args, self.kwargs, fallback=drawn)
+        return {name: np.asarray(value) for name, value in values.items()}
 
     def log_likelihood(self, draws: dict) -> dict:
         """{observed site: (num_samples, N)} ln p(observed_n | draw) for every draw (NumPyro's

@@ -4,14 +4,9 @@ No timing is asserted (the benchmark's numbers depend on the machine); only the 
 the record, the plausibility of the fits, and that the vmapped grid and the loop of the jitted
 ``fit`` (the same algorithm) agree width by width.
 """
-import json
 import math
-import os
-import subprocess
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "benchmarks", "robust_rvm.py")
+from scripts import run_script
 
 
 def _seconds(x):
@@ -20,11 +15,7 @@ def _seconds(x):
 
 def test_robust_rvm_bench_quick(tmp_path):
     out = tmp_path / "x.json"
-    proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--out", str(out)], capture_output=True, text=True,
-                          timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-    record = json.loads(out.read_text())
+    _, record = run_script("benchmarks/robust_rvm.py", "--quick", "--out", out, record=out)
     assert record["partial"] is False
     args = record["args"]
     assert args["quick"] is True

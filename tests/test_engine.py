@@ -98,6 +98,25 @@ def test_compiled_draws_and_log_likelihood_equal_numpyro_run_op_by_op(problem):
         np.testing.assert_allclose(pointwise[name], value, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("name", ["rvm", "robust_rvm"])
+def test_observed_read_in_one_program_equals_a_trace_with_draws_from_the_guide(problem, name):
+    from numpyro import handlers
+
+    from ppl_sbl.models import robust_rvm
+
+    model = {"rvm": rvm.regression, "robust_rvm": robust_rvm.regression}[name]
+    Phi, t = problem
+    res = ppl_sbl.CAVI(model, progress_bar=False).run(Phi, t)
+    draw = handlers.trace(handlers.seed(res.guide, rng_seed=1)).get_trace(Phi, t)
+    latent = {k: site["value"] for k, site in draw.items() if site["type"] == "sample"}
+    trace = handlers.trace(handlers.substitute(handlers.seed(model, rng_seed=1), data=latent)).get_trace(Phi, t)
+    expected = {k: site["value"] for k, site in trace.items() if site["type"] == "sample" and site["is_observed"]}
+    observed = res.observed
+    assert list(observed) == list(expected) == ["t"]
+    np.testing.assert_array_equal(observed["t"], np.asarray(expected["t"]))
+    np.testing.assert_array_equal(observed["t"], t)
+
+
 def test_kept_monte_carlo_elbo_equals_numpyro_trace_elbo_on_the_built_guide(problem):
     from ppl_sbl.diagnostics import monte_carlo_elbo
 

@@ -355,12 +355,10 @@ def test_grid_relevance_plot_shows_each_axis_and_the_cell_image():
 
 
 def test_cli_compares_grid_models_on_pixel_tables(tmp_path):
-    import subprocess
-    import sys
+    from scripts import run_cli
 
-    out = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "digits", "--n-train", "40",
-                          "--max-sweeps", "200", "--gplvm-dims", "2", "3", "--num-inducing", "6", "--gplvm-steps", "10"],
-                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    out = run_cli("compare", "--dataset", "digits", "--n-train", "40", "--max-sweeps", "200", "--gplvm-dims", "2", "3",
+                  "--num-inducing", "6", "--gplvm-steps", "10", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     for name in ("rvm (ARD)", "ridge (shared precision)", "p-grid rvm", "s-grid rvm", "test error rate"):
         assert name in out.stdout
@@ -368,6 +366,5 @@ def test_cli_compares_grid_models_on_pixel_tables(tmp_path):
     assert "Bayesian GPLVMs on scikit-learn digits" in out.stdout
     for name in ("supervised, Q = 2", "supervised, Q = 3", "autoencoder, Q = 3", "unsupervised, Q = 3"):
         assert name in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "digits", "--basis",
-                          "rbf-table"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    bad = run_cli("compare", "--dataset", "digits", "--basis", "rbf-table", cwd=tmp_path)
     assert bad.returncode == 2 and "--basis" in bad.stderr

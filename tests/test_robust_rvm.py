@@ -372,14 +372,11 @@ def test_split_flips_exactly_the_stated_share_of_training_labels(share):
 
 
 def test_cli_ranks_rvm_and_robust_rvm_with_label_noise(tmp_path):
-    import subprocess
-    import sys
+    from scripts import run_cli
 
-    out = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "ripley", "--label-noise", "0.1",
-                          "--max-sweeps", "300"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    out = run_cli("compare", "--dataset", "ripley", "--label-noise", "0.1", "--max-sweeps", "300", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     for text in ("rvm (ARD)", "robust rvm", "25 training labels flipped", "test error rate"):
         assert text in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "sinc", "--label-noise", "0.1"],
-                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    bad = run_cli("compare", "--dataset", "sinc", "--label-noise", "0.1", cwd=tmp_path)
     assert bad.returncode == 2 and "--label-noise" in bad.stderr

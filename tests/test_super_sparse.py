@@ -442,15 +442,12 @@ def test_cli_digit_verification_table():
     """`ppl-sbl compare --dataset digits-verification`: the SVC against super-sparse machines with
     the test-time cost (support vectors against m) and the ELBO ranking; the SVC's row against the
     same pipeline recomputed here with scikit-learn."""
-    import subprocess
-    import sys
-
+    from scripts import run_cli
     from sklearn.decomposition import PCA
     from sklearn.metrics import roc_auc_score
 
-    out = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "digits-verification",
-                          "--classes", "3", "--prototypes", "1", "2", "--n-train", "100", "--prototype-steps", "30"],
-                         capture_output=True, text=True, timeout=300)
+    out = run_cli("compare", "--dataset", "digits-verification", "--classes", "3", "--prototypes", "1", "2",
+                  "--n-train", "100", "--prototype-steps", "30")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = {}
     for line in out.stdout.splitlines():
