@@ -48,7 +48,9 @@ def run_script(relative_path, *args, record):
     module = script_module(os.path.splitext(relative_path)[0].replace("/", "."))
     with _captured(ROOT) as (out, err):
         code = module.main([str(arg) for arg in args])
-    run = types.SimpleNamespace(stdout=out.getvalue(), stderr=err.getvalue(), returncode=code or 0)
+    # ``main`` returns its exit status (``sys.exit(main())``), or something else the script ignores
+    run = types.SimpleNamespace(stdout=out.getvalue(), stderr=err.getvalue(),
+                                returncode=code if isinstance(code, int) else 0)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     with open(record) as fh:
         return run, json.load(fh)
