@@ -157,8 +157,6 @@ def call_compiled(compiled, name, fn, inputs, args, kwargs, fallback):
 
 COMPACT_MIN = 32  # the fewest slots a pruned state is compacted into: below this the sweeps cost less
                  # than compiling them again for another size
-COMPACT_FACTOR = 4  # a pruned state is compacted only into at most 1/4 of its slots: each new size compiles
-                    # the sweeps again, which pays where it cuts their O(slots^3) work many times over
 
 CHUNK = 256  # sweeps one compiled call may run before it hands the trace back
 

@@ -233,7 +233,7 @@ class CAVI:
                     pending = state
                     total = pruned._asdict()[engine.active_fields(pruned)[0]].index.shape[0]
                     size = gaussian.bucket_size(active, total, minimum=engine.COMPACT_MIN)
-                    state = engine.compact_state(pruned, size) if size * engine.COMPACT_FACTOR <= total else pruned
+                    state = engine.compact_state(pruned, size) if size < total else pruned
             if bar_clock is None:
                 bar_clock = time.perf_counter()  # compilation does not count towards the delay
             bar = self._progress(bar, bar_clock, i, len(values), value)
