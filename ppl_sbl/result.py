@@ -81,17 +81,17 @@ class ResultMethods:
                 return None
             return jnp.zeros(site["fn"].shape(site["kwargs"].get("sample_shape", ())))
 
+        def observed_sites(substituted, *args, **kwargs):
+            trace = handlers.trace(handlers.seed(substituted, rng_seed=0)).get_trace(*args, **kwargs)
+            return {name: site["value"] for name, site in trace.items() if site["type"] == "sample" and site["is_observed"]}
+
         def read(*args, **kwargs):
-            trace = handlers.trace(handlers.seed(handlers.substitute(program, substitute_fn=at_zero), rng_seed=0))
-            return {name: site["value"] for name, site in trace.get_trace(*args, **kwargs).items()
-                    if site["type"] == "sample" and site["is_observed"]}
+            return observed_sites(handlers.substitute(program, substitute_fn=at_zero), *args, **kwargs)
 
         def drawn():
             draw = handlers.trace(handlers.seed(self.guide, rng_seed=0)).get_trace(*self.args, **self.kwargs)
             latent = {name: site["value"] for name, site in draw.items() if site["type"] == "sample"}
-            trace = handlers.trace(handlers.substitute(handlers.seed(program, rng_seed=0), data=latent))
-            return {name: site["value"] for name, site in trace.get_trace(*self.args, **self.kwargs).items()
-                    if site["type"] == "sample" and site["is_observed"]}
+            return observed_sites(handlers.substitute(program, data=latent), *self.args, **self.kwargs)
 
         values = call_compiled(self.compiled, "observed", read, (), self.args, self.kwargs, fallback=drawn)
         return {name: np.asarray(value) for name, value in values.items()}
