@@ -9,6 +9,9 @@ from scripts import run_script
 pytest.importorskip("matplotlib")
 pytest.importorskip("sklearn")
 
+# the script end to end, in quick mode: outside the default run (`pytest -m slow`)
+pytestmark = pytest.mark.slow
+
 FIGURES = ["gplvm_latent", "gplvm_ard"]
 FITS = ["sup_lin", "sup_rbf", "sup_m32", "autoenc", "unsup"]
 COLUMNS = ["sup_lin_1nn", "sup_rbf_1nn", "sup_m32_1nn", "sup_lin_post", "sup_rbf_post", "sup_m32_post",

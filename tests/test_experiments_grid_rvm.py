@@ -8,6 +8,9 @@ from scripts import run_script
 pytest.importorskip("matplotlib")
 pytest.importorskip("sklearn")
 
+# the script end to end, in quick mode: outside the default run (`pytest -m slow`)
+pytestmark = pytest.mark.slow
+
 FIGURES = ["grid_rvm_sinc_rmse", "grid_rvm_sinc_relevant", "grid_rvm_mixture_error", "grid_rvm_digits_error",
            "grid_rvm_digits_relevance"]
 METRICS = {

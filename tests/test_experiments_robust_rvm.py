@@ -7,6 +7,9 @@ from scripts import run_script
 pytest.importorskip("matplotlib")
 pytest.importorskip("sklearn")
 
+# the script end to end, in quick mode: outside the default run (`pytest -m slow`)
+pytestmark = pytest.mark.slow
+
 FIGURES = ["robust_rvm_weighted_loss", "robust_rvm_boundaries", "robust_rvm_sensitivity"]
 
 

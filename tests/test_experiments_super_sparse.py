@@ -21,6 +21,7 @@ def quick_run(tmp_path_factory):
     return out, record
 
 
+@pytest.mark.slow  # the script end to end, in quick mode: outside the default run (`pytest -m slow`)
 def test_verification_record_is_complete_and_consistent(quick_run):
     out, record = quick_run
     args, ver = record["args"], record["verification"]
@@ -51,6 +52,7 @@ def test_verification_record_is_complete_and_consistent(quick_run):
     assert summary["goal_met_on_means"] == (bool(within) and min(within) <= summary["svc_mean_sv"] / 10)
 
 
+@pytest.mark.slow
 def test_regression_record(quick_run):
     _, record = quick_run
     reg = record["regression"]
