@@ -139,6 +139,12 @@ def kernel_diag(name, params, X):
     return _lookup(name).diag(params, X)
 
 
+def _f64(x):
+    """A float64 array (not weakly typed: the parameters then have the avals of those read back from
+    their logarithms, and compiled functions of them are not compiled twice)."""
+    return jnp.asarray(x, dtype=jnp.float64)
+
+
 def default_params(name, X, *, variance=1.0, ard_dims=None):
     """Parameters set from the data's 'radius' (the thesis, section 5.5.3), so that the kernel
     matrix is neither diagonal nor constant: RBF alpha = 1 / median squared distance between
@@ -151,14 +157,14 @@ def default_params(name, X, *, variance=1.0, ard_dims=None):
         med = float(np.median(d[np.triu_indices(n, 1)])) if n > 1 else 1.0
         med = med if med > 0 else 1.0
         if name == "rbf":
-            return {"variance": jnp.asarray(variance), "alpha": jnp.asarray(1.0 / med)}
-        return {"variance": jnp.asarray(variance), "lengthscale": jnp.asarray(math.sqrt(med))}
+            return {"variance": _f64(variance), "alpha": _f64(1.0 / med)}
+        return {"variance": _f64(variance), "lengthscale": _f64(math.sqrt(med))}
     if name == "linear":
-        return {"variance": jnp.asarray(variance / max(float(np.mean(np.sum(X**2, 1))), 1e-300))}
+        return {"variance": _f64(variance / max(float(np.mean(np.sum(X**2, 1))), 1e-300))}
     if name == "rbf_ard":
         q = X.shape[1] if ard_dims is None else ard_dims
         var = np.var(X, axis=0)[:q] if len(X) > 1 else np.ones(q)
-        return {"variance": jnp.asarray(variance), "alpha": jnp.asarray(1.0 / (2.0 * np.maximum(var, 1e-12)))}
+        return {"variance": _f64(variance), "alpha": _f64(1.0 / (2.0 * np.maximum(var, 1e-12)))}
     _lookup(name)
 
 

@@ -37,15 +37,12 @@ def rng():
 # file runs on one worker, and the scheduler hands files out in collection order
 # (``--no-loadscope-reorder`` in pyproject.toml), so the longest files (each on one worker) start
 # at once instead of last, and the short files fill the end on both workers. Ordered by their
-# durations (``pytest --junitxml``, summed per file); files under ten seconds keep their order.
-LONGEST_FIRST = ("test_estimators.py", "test_tutorials.py", "test_derived.py", "test_gplvm.py", "test_robust_rvm.py",
-                 "test_multiclass.py", "test_grid_rvm.py", "test_readme.py", "test_rvm.py", "test_super_sparse.py",
-                 "test_scale.py", "test_inputs_and_api.py", "test_fast_ard.py", "test_saving.py",
-                 "test_benchmarks_gplvm.py", "test_experiments_super_sparse.py", "test_experiments_grid_rvm.py",
-                 "test_benchmarks_robust_rvm.py", "test_experiments_gplvm.py", "test_engine.py",
-                 "test_benchmarks_grid_rvm.py", "test_linalg.py", "test_sequential_sbl.py", "test_result.py",
-                 "test_sparse_gp.py", "test_experiments_robust_rvm.py", "test_benchmarks_derived_cavi.py",
-                 "test_benchmarks_rvm.py")
+# durations in the default run (``pytest --junitxml``, summed per file); files under ten seconds
+# keep their order.
+LONGEST_FIRST = ("test_tutorials.py", "test_estimators.py", "test_gplvm.py", "test_derived.py", "test_robust_rvm.py",
+                 "test_grid_rvm.py", "test_multiclass.py", "test_super_sparse.py", "test_readme.py", "test_rvm.py",
+                 "test_saving.py", "test_fast_ard.py", "test_scale.py", "test_inputs_and_api.py", "test_engine.py",
+                 "test_linalg.py", "test_sparse_gp.py", "test_sequential_sbl.py", "test_result.py")
 
 
 def pytest_collection_modifyitems(config, items):

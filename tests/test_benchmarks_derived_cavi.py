@@ -1,8 +1,10 @@
 """The derived-CAVI speed benchmark (benchmarks/derived_cavi.py) runs in quick mode; the two guides it
 times agree (no timing is asserted)."""
+import pytest
 from scripts import run_script
 
 
+@pytest.mark.slow  # the script end to end: outside the default run (`pytest -m slow`)
 def test_derived_cavi_bench_quick(tmp_path):
     proc, record = run_script("benchmarks/derived_cavi.py", "--quick", "--out", tmp_path / "r.json",
                               record=tmp_path / "r.json")

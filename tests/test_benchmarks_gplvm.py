@@ -7,6 +7,7 @@ import pytest
 from scripts import run_script, script_module
 
 
+@pytest.mark.slow  # the script end to end: outside the default run (`pytest -m slow`)
 def test_gplvm_bench_quick(tmp_path):
     _, record = run_script("benchmarks/gplvm.py", "--quick", "--out", tmp_path / "g.json", record=tmp_path / "g_quick.json")
     assert record["partial"] is False and set(record["goals"]) == {
@@ -65,6 +66,7 @@ def test_gplvm_bench_quick(tmp_path):
         if max(r["compiled_floor_ratio_to_jax_cholesky"], r["compiled_floor_min_ratio_to_jax_cholesky"]) > 3.0]
 
 
+@pytest.mark.slow
 def test_gplvm_spread_quick_summarises_its_runs(tmp_path):
     _, record = run_script("benchmarks/gplvm_spread.py", "--quick", "--out", tmp_path / "s.json",
                            record=tmp_path / "s_quick.json")

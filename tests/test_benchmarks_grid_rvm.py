@@ -5,11 +5,13 @@ the record and the plausibility of the fits.
 """
 import math
 
+import pytest
 from scripts import run_script
 
 MODELS = ("p", "s", "rvm")
 
 
+@pytest.mark.slow  # the script end to end: outside the default run (`pytest -m slow`)
 def test_grid_rvm_bench_quick(tmp_path):
     _, record = run_script("benchmarks/grid_rvm.py", "--quick", "--out", tmp_path / "x.json", record=tmp_path / "x.json")
     assert record["partial"] is False

@@ -6,6 +6,7 @@ the record, the plausibility of the fits, and that the vmapped grid and the loop
 """
 import math
 
+import pytest
 from scripts import run_script
 
 
@@ -13,6 +14,7 @@ def _seconds(x):
     return isinstance(x, float) and math.isfinite(x) and x >= 0
 
 
+@pytest.mark.slow  # the script end to end: outside the default run (`pytest -m slow`)
 def test_robust_rvm_bench_quick(tmp_path):
     out = tmp_path / "x.json"
     _, record = run_script("benchmarks/robust_rvm.py", "--quick", "--out", out, record=out)

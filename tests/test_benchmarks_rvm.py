@@ -108,6 +108,7 @@ def test_rvm_bench_quick_regression(tmp_path):
         assert skipped["ratio_to_fastrvm"] == skipped["seconds"] / rows[1]["peers"]["fastrvm"]["seconds"]
 
 
+@pytest.mark.slow  # the script end to end: outside the default run (`pytest -m slow`)
 def test_rvm_bench_quick_classification(tmp_path):
     """On 100 of Ripley's points, with a cap low enough that the sweeps (their warm call includes
     compilation) are called once only: the cap's path."""
