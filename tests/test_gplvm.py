@@ -392,3 +392,13 @@ def test_natural_fit_never_decreases(seed):
     objective = functools.partial(gplvm.bound, model=model, prior_kernel="rbf")
     rounding = np.finfo(float).eps * cond * lam.size * (1.0 + abs(res.elbo))
     assert float(objective(res.free, res.fixed, res.Y, res.Z)) == pytest.approx(res.elbo, abs=rounding)
+
+
+def test_fit_compiles_the_latent_prior_covariance_once():
+    """The prior's default parameters and the same parameters read back from their logarithms have
+    one type (float64, not weakly typed), so a fit compiles K_Y's function once for its shapes."""
+    Y, Z = toy(17, seed=5)
+    programs.prior_cov.clear_cache()
+    res = gplvm.fit(Y, Z, latent_dim=2, num_inducing=4, max_steps=3)
+    assert res.info["optimizer"] == "natural"
+    assert programs.prior_cov._cache_size() == 1
