@@ -57,7 +57,9 @@ the maximum of (1) and the current value of (1) or (2), the exact change of the 
 ELBO. The moves update Sigma, mu and the statistics S_m = h_m - B_m^T Sigma B_m,
 Q_m = (Phi^T r)_m - B_m^T mu of every coefficient (B = Phi^T diag(W) Phi_A) by rank-one formulas
 (Tipping & Faul 2003, appendix), O(M K) per move plus one product with the design for an add.
-Between passes the likelihood factor updates itself given q(w) (q(gamma), xi, the robust RVM's
+The best move is taken while one gains more than tol |ELBO|; the re-estimates left below that
+floor are then made in turn (many small moves can add up to more than the floor), and a pass
+ends when neither kind is left. Between passes the likelihood factor updates itself given q(w) (q(gamma), xi, the robust RVM's
 weights), q(w) and the statistics are recomputed for its new (W, r), and each frozen q(alpha_k)
 goes to the maximiser of (2). Every move and every update is a coordinate ascent step of the
 restricted-family ELBO, so the ELBO never decreases.

@@ -3,6 +3,7 @@
 terms of the restricted-family ELBO, in NumPy (the schedule runs on the host)."""
 from __future__ import annotations
 
+import cmath
 import math
 
 import numpy as np
@@ -12,6 +13,8 @@ __all__ = ["in_model_value", "frozen_value", "in_model_optimum", "frozen_optimum
 
 LOG_2PI = math.log(2.0 * math.pi)
 _NEWTON_STEPS = 6
+_WARM_STEPS = 8
+_REAL = 1e-6  # |Im| / |root| below which a computed root of the cubic (4) counts as real
 
 
 def check_hyperparameters(a0, b0):
@@ -115,8 +118,10 @@ def _cubic_candidates(c3, c2, c1, c0):
     n = c3.shape[0]
     with np.errstate(all="ignore"):
         roots = _cubic_roots(np.concatenate([c3, c0]), np.concatenate([c2, c1]), np.concatenate([c1, c2]),
-                                 np.concatenate([c0, c3])).real  # c0 = -(2 a0 + 1) != 0
-        u = np.concatenate([roots[:n], 1.0 / roots[n:]], axis=1)
+                             np.concatenate([c0, c3]))  # c0 = -(2 a0 + 1) != 0
+        # a root whose imaginary part is not small against its size is one of a complex pair
+        real = np.where(np.abs(roots.imag) <= _REAL * np.abs(roots), roots.real, np.nan)
+        u = np.concatenate([real[:n], 1.0 / real[n:]], axis=1)
         u = np.where(np.isfinite(u) & (u > 0), u, np.nan)
         C3, C2, C1, C0 = (c[:, None] for c in (c3, c2, c1, c0))
 
@@ -164,6 +169,12 @@ def in_model_optimum(s, q, a0, b0):
         raise ValueError("`q` (the leave-one-out quality) must be finite.")
     if np.any((s == 0) & (q != 0)):
         raise ValueError("`q` must be 0 where `s` is 0: with s = 0 < |q| f_in grows without bound as x -> 0.")
+    return optimum_unchecked(s, q, a0, b0)
+
+
+def optimum_unchecked(s, q, a0, b0):
+    """:func:`in_model_optimum` for inputs it has validated (float64 arrays of one shape, s >= 0,
+    q = 0 where s = 0, (a0, b0) from :func:`check_hyperparameters`): the schedule's inner loop."""
     shape = s.shape
     s, q = s.ravel(), q.ravel()
     x = np.empty_like(s)
@@ -192,14 +203,116 @@ def in_model_optimum(s, q, a0, b0):
         c0 = np.full_like(sp, -(2.0 * a0 + 1.0))
         u = _cubic_candidates(c3, c2, c1, c0)
         xs = sp[:, None] * u
-        with np.errstate(invalid="ignore"):
-            f = in_model_value(xs, sp[:, None], qp[:, None], a0, b0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            spc, qpc = sp[:, None], qp[:, None]
+            f = 0.5 * qpc * qpc / (xs + spc) - 0.5 * np.log1p(spc / xs) + (a0 * np.log(xs) - b0 * xs)
         f = np.where(np.isfinite(f), f, -np.inf)
         best = np.argmax(f, axis=1)
         rows = np.arange(len(sp))
         x[pos] = xs[rows, best]
         value[pos] = f[rows, best]
     return x.reshape(shape), value.reshape(shape)
+
+
+def warm_optimum(s, q, a0, b0, start):
+    """:func:`optimum_unchecked` for s > 0 from a guess ``start`` of each maximiser (the current
+    E[alpha_k]): where the cubic (4) has one positive root (by Descartes' rule of signs, unless
+    c2 < 0 < c1; or by its discriminant, clearly negative: one real root), that root is f_in's
+    only stationary point and so its global maximiser, found by Newton steps from the guess; rows
+    where the steps do not settle to rounding within ``_WARM_STEPS``, and rows that may have three
+    positive roots, go through Cardano's formula."""
+    if b0 == 0:
+        return optimum_unchecked(s, q, a0, b0)
+    beta = b0 * s
+    d = _excess(q, s)
+    c3, c2, c1, c0 = 2.0 * beta, 4.0 * beta - 2.0 * a0, 2.0 * beta + d - 4.0 * a0, -(2.0 * a0 + 1.0)
+    with np.errstate(all="ignore"):
+        u = start / s
+        for _ in range(_WARM_STEPS):
+            step = (((c3 * u + c2) * u + c1) * u + c0) / ((3.0 * c3 * u + 2.0 * c2) * u + c1)
+            u = u - step
+            settled = np.abs(step) <= 1e-14 * np.abs(u)
+            if np.all(settled):
+                break
+        terms = (18.0 * c3 * c2 * c1 * c0, -4.0 * c2**3 * c0, c2 * c2 * c1 * c1, -4.0 * c3 * c1**3,
+                 -27.0 * c3 * c3 * c0 * c0)
+        discriminant = sum(terms)
+        one_real = discriminant < -1e-8 * np.maximum.reduce([np.abs(term) for term in terms])
+        ok = settled & np.isfinite(u) & (u > 0) & (~((c2 < 0) & (c1 > 0)) | one_real)
+        x = s * u
+        value = 0.5 * q * q / (x + s) - 0.5 * np.log1p(s / x) + (a0 * np.log(x) - b0 * x)
+    if not np.all(ok):
+        rest = ~ok
+        x[rest], value[rest] = optimum_unchecked(s[rest], q[rest], a0, b0)
+    return x, value
+
+
+def scalar_optimum(s, q, a0, b0):
+    """:func:`optimum_unchecked` for one coefficient (floats s > 0, q; validated (a0, b0)), in
+    Python's own arithmetic: the same candidates (Cardano's formula for the cubic (4) and for its
+    reversal, safeguarded Newton steps) without NumPy's per-call cost. Returns (x, f_in(x))."""
+    if b0 == 0:
+        d = (abs(q) - math.sqrt(s)) * (abs(q) + math.sqrt(s)) / s
+        if d > 0:
+            return s / d, 0.5 * float(_d_minus_log1p(d))
+        return math.inf, 0.0
+    beta = b0 * s
+    d = (abs(q) - math.sqrt(s)) * (abs(q) + math.sqrt(s)) / s
+    c = (2.0 * beta, 4.0 * beta - 2.0 * a0, 2.0 * beta + d - 4.0 * a0, -(2.0 * a0 + 1.0))
+
+    def poly(v):
+        return ((c[0] * v + c[1]) * v + c[2]) * v + c[3]
+
+    best_x, best_f = math.nan, -math.inf
+    for coefficients, reverse in ((c, False), (c[::-1], True)):
+        for root in _scalar_cubic_roots(*coefficients):
+            if abs(root.imag) > _REAL * abs(root) or root.real == 0.0:
+                continue
+            u = 1.0 / root.real if reverse else root.real
+            if not (u > 0 and math.isfinite(u)):
+                continue
+            value = abs(poly(u))
+            for _ in range(_NEWTON_STEPS):
+                slope = (3.0 * c[0] * u + 2.0 * c[1]) * u + c[2]
+                if slope == 0.0:
+                    break
+                trial = u - poly(u) / slope
+                if not (trial > 0 and math.isfinite(trial)):
+                    break
+                trial_value = abs(poly(trial))
+                if trial_value > value:
+                    break
+                moved = abs(trial - u) > 4e-16 * abs(u)
+                u, value = trial, trial_value
+                if not moved:
+                    break
+            x = s * u
+            f = 0.5 * q * q / (x + s) - 0.5 * math.log1p(s / x) + (a0 * math.log(x) - b0 * x)
+            if f > best_f:
+                best_x, best_f = x, f
+    return best_x, best_f
+
+
+def _scalar_cubic_roots(c3, c2, c1, c0):
+    """The three complex roots of c3 u^3 + c2 u^2 + c1 u + c0 (c3 != 0) by Cardano's formula, as
+    :func:`_cubic_roots` computes them."""
+    if c3 == 0.0:
+        return ()
+    p2, p1, p0 = c2 / c3, c1 / c3, c0 / c3
+    P = p1 - p2 * p2 / 3.0
+    Q = (2.0 * p2 * p2 * p2 / 27.0 - p2 * p1 / 3.0) + p0
+    root = cmath.sqrt(complex(Q * Q / 4.0 + P * P * P / 27.0))
+    inner = -Q / 2.0 + root if (root.conjugate() * -Q).real >= 0 else -Q / 2.0 - root
+    C = inner ** (1.0 / 3.0) if inner != 0 else 0j
+    roots = []
+    for turn in _TURNS:
+        Ck = C * turn
+        t = Ck - P / (3.0 * Ck) if Ck != 0 else 0j
+        roots.append(t - p2 / 3.0)
+    return roots
+
+
+_TURNS = tuple(cmath.exp(2j * math.pi * k / 3.0) for k in range(3))
 
 
 def frozen_optimum(h, a0, b0):

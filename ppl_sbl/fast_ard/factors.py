@@ -101,12 +101,20 @@ class RobustJaakkolaJordan(JaakkolaJordan):
     """The robust RVM's classification likelihood (Hwang & Jeong 2015) as the schedule's factor:
     the JJ bound with each point's term weighted by E[omega_n], q(omega_n) = Gamma(c, d~_n);
     update in the paper's order: d~_n = d - E_q(w)[ln h(w, xi_n)] (14)-(15) at the current xi,
-    then xi (16). Starts at q(omega_n) = Gamma(c, d), xi = 0."""
+    then xi (16). Starts at q(omega_n) = Gamma(c, d), xi = 0, and holds q(omega) there (updating
+    xi alone) until the schedule has converged once (:meth:`release`): the weights are then
+    judged by the fit of every point, not by the first passes' small models."""
 
     def __init__(self, t, c, d):
         super().__init__(t)
         self.c, self.d = c, d
         self.omega_rate = np.full_like(t, d)
+        self.held = True
+
+    def release(self):
+        """Let q(omega) update from now on; True if it was held (the schedule goes on)."""
+        held, self.held = self.held, False
+        return held
 
     def _omega(self):
         return self.c / self.omega_rate
@@ -117,7 +125,8 @@ class RobustJaakkolaJordan(JaakkolaJordan):
 
     def update(self, moments):
         # d~_n = d - E[ln h(w, xi_n)] at the current xi (14)-(15), then xi (16)
-        self.omega_rate = self.d - self.pointwise(moments)
+        if not self.held:
+            self.omega_rate = self.d - self.pointwise(moments)
         super().update(moments)
 
     def elbo_terms(self, moments):
@@ -133,7 +142,8 @@ class RobustGaussianNoise:
     schedule's factor: W_n = E[gamma] E[omega_n], r_n = W_n t_n; update in the model's order,
     q(gamma): e = e0 + N/2, f = f0 + sum_n E[omega_n] E[r_n^2] / 2, then q(omega_n):
     c~ = c + 1/2, d~_n = d + E[gamma] E[r_n^2] / 2. Starts at E[gamma] = 10 / var(t) (as
-    :class:`GaussianNoise`) and q(omega_n) = Gamma(c, d)."""
+    :class:`GaussianNoise`) and q(omega_n) = Gamma(c, d), held there (q(gamma) updating alone)
+    until the schedule has converged once (:meth:`release`)."""
 
     uniform = False
 
@@ -145,6 +155,12 @@ class RobustGaussianNoise:
         self.f = f0 + 0.5 * N * _NOISE_SHARE * spread
         self.omega_shape = np.full(N, c)
         self.omega_rate = np.full(N, d)
+        self.held = True
+
+    def release(self):
+        """Let q(omega) update from now on; True if it was held (the schedule goes on)."""
+        held, self.held = self.held, False
+        return held
 
     def weights(self):
         W = (self.e / self.f) * self.omega_shape / self.omega_rate
@@ -157,8 +173,9 @@ class RobustGaussianNoise:
         sq = self._square_errors(moments)
         self.e = self.e0 + 0.5 * self.t.shape[0]
         self.f = self.f0 + 0.5 * float(np.sum(self.omega_shape / self.omega_rate * sq))
-        self.omega_shape = np.full_like(sq, self.c + 0.5)
-        self.omega_rate = self.d + 0.5 * (self.e / self.f) * sq
+        if not self.held:
+            self.omega_shape = np.full_like(sq, self.c + 0.5)
+            self.omega_rate = self.d + 0.5 * (self.e / self.f) * sq
 
     def elbo_terms(self, moments):
         """E[ln p(t | w, gamma, omega)] + E[ln p(gamma)] + H[q(gamma)] + E[ln p(omega)] + H[q(omega)],

@@ -11,7 +11,7 @@ import scipy.linalg
 
 from .. import gaussian as G
 from .algebra import (check_hyperparameters, frozen_optimum, frozen_value, in_model_change, in_model_optimum,
-                      in_model_value, w_alpha_terms)
+                      in_model_value, scalar_optimum, w_alpha_terms, warm_optimum)
 
 __all__ = ["LOG_ALPHA_TOL", "MAX_ALIGNMENT", "ADD", "REESTIMATE", "UPDATE", "NEWTON", "Moments", "FastFit",
            "MultiFastFit",
@@ -115,6 +115,8 @@ class _Schedule:
         self.K = 0
         self.x = np.ones(M)
         self.blocked = np.zeros(M, dtype=bool)  # nearly collinear with an active coefficient
+        self.pending = ()  # re-estimates below best_move's floor, for polish
+        self.settle = LOG_ALPHA_TOL  # the smallest move polish makes (see polish)
         self.set_factor()
 
     # buffers -------------------------------------------------------------------------------------
@@ -224,9 +226,13 @@ class _Schedule:
             return None
         sc = np.maximum(s[candidates], _COLLINEAR * np.maximum(self.h[candidates], 1e-300))
         qc = q[candidates]
-        x_in, value_in = in_model_optimum(sc, qc, self.a0, self.b0)
         xc = self.x[candidates]
         K = self.K
+        # Newton's guesses: the current E[alpha] in the model, Tipping & Faul's s^2 / (q^2 - s) to enter
+        guess = xc.copy()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            guess[K:] = sc[K:] * sc[K:] / ((qc[K:] - np.sqrt(sc[K:])) * (qc[K:] + np.sqrt(sc[K:])))
+        x_in, value_in = warm_optimum(sc, qc, self.a0, self.b0, guess)
         gain = np.empty(len(candidates))
         with np.errstate(invalid="ignore", divide="ignore"):
             gain[:K] = in_model_change(xc[:K], x_in[:K], sc[:K], qc[:K], self.a0, self.b0)
@@ -234,12 +240,45 @@ class _Schedule:
                 gain[:K] = np.where(np.isfinite(x_in[:K]), gain[:K], value_in[:K] - in_model_value(
                     xc[:K], sc[:K], qc[:K], self.a0, self.b0))
             small = np.abs(np.log(x_in[:K] / xc[:K])) < LOG_ALPHA_TOL
+            # the re-estimates polish may make: each moves E[alpha_k] by ``settle`` (relative,
+            # weighted by the data's share of w_k's precision) and gains
+            x_k, s_k = xc[:K], sc[:K]
+            moved = s_k / (x_k + s_k) * np.abs(x_in[:K] - x_k) / np.maximum(x_in[:K], x_k)
+            settling = (moved >= self.settle) & (gain[:K] > 0)
         gain[:K][small] = -np.inf
         gain[K:] = value_in[K:] - frozen_value(xc[K:], self.h[candidates[K:]], self.a0, self.b0)
         j = int(np.argmax(gain))
         if not gain[j] > floor:
+            self.pending = self.active[settling]
             return None
         return (REESTIMATE if j < K else ADD), int(candidates[j]), float(x_in[j]), float(gain[j])
+
+    def polish(self):
+        """One cycle over the re-estimates :meth:`best_move` left for being below its floor (the
+        ones that gain anything and move E[alpha_k] by at least ``settle``, relative and weighted
+        by the data's share s_k / (x_k + s_k) of w_k's precision, as the sweep's stopping rule
+        weighs them, :func:`ppl_sbl.engine.state_change`; together they can be worth more than
+        the floor), in the order the coefficients entered: each re-estimated to the maximiser of
+        (1) given the others, as they stand then, where that still moves it so and gains.
+        Returns the gains of the moves made, in order."""
+        gains = []
+        pending, self.pending = self.pending, ()
+        for k in pending:
+            k = int(k)
+            j = int(np.flatnonzero(self.active == k)[0])
+            x, diag = float(self.x[k]), float(self.Sigma[j, j])
+            S_k = float(self.S[k])
+            s = x * S_k / (x - S_k) if x * diag > 0.5 else 1.0 / diag - x
+            s = max(s, _COLLINEAR * max(float(self.h[k]), 1e-300))
+            q = float(self.mu[j]) / diag
+            x_new, _ = scalar_optimum(s, q, self.a0, self.b0)
+            if not (math.isfinite(x_new) and s / (x + s) * abs(x_new - x) / max(x_new, x) >= self.settle):
+                continue
+            gain = float(in_model_change(x, x_new, s, q, self.a0, self.b0))
+            if gain > 0:
+                self.reestimate(k, x_new)
+                gains.append(gain)
+        return gains
 
     def add(self, k, x_new):
         """Coefficient k joins the model with E[alpha_k] = x_new: with z = Sigma B_k, Sigma_kk' =
@@ -323,11 +362,15 @@ class _Schedule:
 def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_moves=None, progress=None):
     """The fast variational schedule: from the empty model, the best significant move at a time
     (:meth:`_Schedule.best_move`: adds of the coefficients the data support, re-estimates to the
-    maximiser of (1)) until none is left, then the likelihood factor's own updates given q(w)
-    (``factor.update``), q(w) and the statistics recomputed for its new (W, r), the frozen
-    q(alpha) put at their optima (2); passes until the ELBO changes by at most ``tol`` (relative)
-    over one. Every move and every update is a coordinate ascent step of the restricted-family
-    ELBO, so it never decreases.
+    maximiser of (1), each gaining more than ``tol |ELBO|``) and, where none is left, a cycle over
+    the re-estimates it left for their small gains (:meth:`_Schedule.polish`), until neither
+    makes a move; then the likelihood factor's own updates given q(w) (``factor.update``), q(w)
+    and the statistics recomputed for its new (W, r), the frozen q(alpha) put at their optima (2).
+    The fit stops after a pass that made no move, whose update changed the ELBO by at most ``tol``
+    (relative) and the factor's (W, r) by at most sqrt(``tol``) (relative, pointwise: the sweep's
+    rule on its state, :func:`ppl_sbl.engine.state_tol`), and after which no factor holds back a
+    part of itself (``factor.release()``, the robust factors' q(omega)). Every move and every
+    update is a coordinate ascent step of the restricted-family ELBO, so it never decreases.
 
     No coefficient leaves the model: freezing one always lowers the ELBO (module docstring,
     "Sparsity"), and one the data stop supporting goes on at the maximiser of (1), a large
@@ -339,11 +382,14 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
     factor : the likelihood's other factors, with ``uniform`` (W the same for every point: the
         projection Phi^T (r / W) is then cached while r / W stays the same), ``weights()`` ->
         (W, r), ``update(moments)`` (coordinate updates given :class:`Moments`) and
-        ``elbo_terms(moments)`` (its part of the ELBO).
+        ``elbo_terms(moments)`` (its part of the ELBO); optionally ``release()`` -> bool (True
+        if it held part of itself fixed until now: the fit then goes on).
     a0, b0 : the Gamma prior of each alpha_k (both > 0, or both 0).
-    tol : relative change of the ELBO over a pass that stops the fit; a move must gain more than
-        ``tol |ELBO|`` nats.
-    max_passes, max_moves : upper limits (default moves: 100 M; with several outputs none).
+    tol : the stopping rule's tolerance (above); a move of :meth:`_Schedule.best_move` must gain
+        more than ``tol |ELBO|`` nats. With several outputs the fit stops once a pass changes the
+        ELBO by at most ``tol`` (relative).
+    max_passes, max_moves : upper limits (default moves: none but ``max_passes``, each pass's moves
+        being finite); a fit stopped by either has ``converged`` False.
     progress : callable(passes, moves, elbo, active), called after every pass, or None.
 
     Several outputs. A factor with ``num_outputs`` = C (see :func:`_schedule_outputs`) has C
@@ -360,24 +406,34 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
     if getattr(factor, "num_outputs", None) is not None:
         return _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress)
     M = Phi.shape[1]
-    max_moves = 100 * M if max_moves is None else int(max_moves)
+    max_moves = np.inf if max_moves is None else int(max_moves)
     work = _Schedule(Phi, factor, a0, b0)
+    work.settle = math.sqrt(tol)
     value = work.elbo()
     trace, events = [value], []
     moves, passes, converged = 0, 0, False
     while passes < int(max_passes):
         passes += 1
-        start = value
+        start, first = value, moves
         while moves < max_moves:
             move = work.best_move(tol * max(1.0, abs(value)))
             if move is None:
-                break
+                gains = work.polish()
+                if not gains:
+                    break
+                moves += len(gains)
+                for gain in gains:
+                    value += gain
+                    trace.append(value)
+                    events.append(REESTIMATE)
+                continue
             kind, k, target, gain = move
             (work.add if kind == ADD else work.reestimate)(k, target)
             moves += 1
             value += gain
             trace.append(value)
             events.append(kind)
+        before = factor.weights()
         factor.update(work.moments())
         work.set_factor()
         value = work.elbo()
@@ -385,10 +441,28 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
         events.append(UPDATE)
         if progress is not None:
             progress(passes, moves, value, work.K)
-        if abs(value - start) <= tol * abs(value):
+        if moves >= max_moves:
+            break
+        if (moves == first and abs(value - start) <= tol * abs(value)
+                and weights_change(before, factor.weights()) <= math.sqrt(tol)):
+            release = getattr(factor, "release", None)
+            if release is not None and release():
+                continue
             converged = True
             break
     return work.result(trace, events, moves, passes, converged)
+
+
+def weights_change(old, new):
+    """The largest relative change, over the points, of the likelihood factor's quadratic form
+    (W, r) between two of its updates: the factor's part of the stopping rule, whose bound
+    sqrt(tol) is the sweep's on its state (:func:`ppl_sbl.engine.state_tol`)."""
+    change = 0.0
+    for a, b in zip(old, new):
+        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        scale = np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-300)
+        change = max(change, float(np.max(np.abs(a - b) / scale, initial=0.0)))
+    return change
 
 
 class MultiFastFit(NamedTuple):
