@@ -97,7 +97,7 @@ CLASSIFICATION_DELTA = 4.0
 N_TEST = 600
 EXACT_TOL = 1e-13
 L_GOAL_NATS = 0.1
-SKIP_ABOVE = {"sequential_sbl_exact": 2000, "cavi": 5000, "ard": 300}
+SKIP_ABOVE = {"ard": 300}
 CLASSIFICATION_DATA = ("ripley", "ripley_pooled")
 
 Problem = collections.namedtuple("Problem", "name X t X_test t_test Phi Phi_test K")

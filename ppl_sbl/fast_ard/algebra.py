@@ -228,17 +228,21 @@ def warm_optimum(s, q, a0, b0, start):
     c3, c2, c1, c0 = 2.0 * beta, 4.0 * beta - 2.0 * a0, 2.0 * beta + d - 4.0 * a0, -(2.0 * a0 + 1.0)
     with np.errstate(all="ignore"):
         u = start / s
+        d3, d2 = 3.0 * c3, 2.0 * c2
         for _ in range(_WARM_STEPS):
-            step = (((c3 * u + c2) * u + c1) * u + c0) / ((3.0 * c3 * u + 2.0 * c2) * u + c1)
-            u = u - step
-            settled = np.abs(step) <= 1e-14 * np.abs(u)
-            if np.all(settled):
+            step = (((c3 * u + c2) * u + c1) * u + c0) / ((d3 * u + d2) * u + c1)
+            u -= step
+            settled = np.abs(step) <= 1e-14 * u
+            if settled.all():
                 break
-        terms = (18.0 * c3 * c2 * c1 * c0, -4.0 * c2**3 * c0, c2 * c2 * c1 * c1, -4.0 * c3 * c1**3,
-                 -27.0 * c3 * c3 * c0 * c0)
-        discriminant = sum(terms)
-        one_real = discriminant < -1e-8 * np.maximum.reduce([np.abs(term) for term in terms])
-        ok = settled & np.isfinite(u) & (u > 0) & (~((c2 < 0) & (c1 > 0)) | one_real)
+        ok = settled & (u > 0) & np.isfinite(u)
+        maybe = (c2 < 0) & (c1 > 0)
+        if maybe.any():
+            m3, m2, m1 = c3[maybe], c2[maybe], c1[maybe]
+            terms = (18.0 * m3 * m2 * m1 * c0, -4.0 * m2**3 * c0, m2 * m2 * m1 * m1, -4.0 * m3 * m1**3,
+                     -27.0 * m3 * m3 * c0 * c0)
+            scale = np.maximum.reduce([np.abs(term) for term in terms])
+            ok[maybe] &= sum(terms) < -1e-8 * scale
         x = s * u
         value = 0.5 * q * q / (x + s) - 0.5 * np.log1p(s / x) + (a0 * np.log(x) - b0 * x)
     if not np.all(ok):

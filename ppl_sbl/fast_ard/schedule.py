@@ -276,7 +276,7 @@ class _Schedule:
                 continue
             gain = float(in_model_change(x, x_new, s, q, self.a0, self.b0))
             if gain > 0:
-                self.reestimate(k, x_new)
+                self.reestimate(k, x_new, j)
                 gains.append(gain)
         return gains
 
@@ -312,12 +312,13 @@ class _Schedule:
         self.K = K + 1
         self.x[k] = x_new
 
-    def reestimate(self, k, x_new):
+    def reestimate(self, k, x_new, j=None):
         """E[alpha_k] of active k to x_new: with Delta = x_new - x_k, kappa = Delta / (1 + Delta
         Sigma_jj): Sigma -= kappa Sigma_j Sigma_j^T, mu -= kappa mu_j Sigma_j, S_m += kappa e_m^2,
         Q_m += kappa mu_j e_m with e = B Sigma_j. O(M K)."""
         K = self.K
-        j = int(np.flatnonzero(self.active == k)[0])
+        if j is None:
+            j = int(np.flatnonzero(self.active == k)[0])
         delta = x_new - self.x[k]
         col = self.Sigma[:K, j].copy()
         kappa = delta / (1.0 + delta * col[j])
