@@ -137,8 +137,10 @@ def _regression_predict(state: RegressionState, data: RegressionData, Phi_new):
 
 
 def _fast_args(groups):
+    """Raises :class:`ppl_sbl.fast_ard.NotApplicable` for arguments the fast schedule does not take
+    (``CAVI``'s default schedule then runs the sweep)."""
     if groups is not None:
-        raise ValueError("the fast schedule fits the ARD model (one precision per coefficient); `groups` needs "
+        raise fast_ard.NotApplicable("the fast schedule fits the ARD model (one precision per coefficient); `groups` needs "
                          "schedule='sweep'.")
 
 
