@@ -32,7 +32,8 @@ noiseless test targets. Peers, in this order:
     ``ppl_sbl.CAVI(rvm.regression, schedule="fast", progress_bar=False).run(Phi, t)``: the fast
     variational schedule (:mod:`ppl_sbl.fast_ard`).
 ``cavi``
-    ``ppl_sbl.CAVI(rvm.regression, progress_bar=False).run(Phi, t)``: our variational sweep.
+    ``ppl_sbl.CAVI(rvm.regression, schedule="sweep", progress_bar=False).run(Phi, t)``: our variational
+    sweep.
 ``ard``
     scikit-learn ``ARDRegression()`` (default settings) on Phi.
 
@@ -57,8 +58,8 @@ width 0.5, as the ``ppl-sbl`` command's default) and a bias, on ``ripley`` (``da
 training and 1000 test points) and ``ripley_pooled`` (``datasets.ripley_pooled()``'s 1250 points
 split 60/40 at random, seed 0, clean labels, inputs as they are: 750 training and 500 test
 points). Peers: ``fastrvm.RVC(kernel="precomputed", fit_intercept=True)`` (the same column
-mapping), ``CAVI(rvm.classification)`` with the fast schedule and with the sweep, and
-``CAVI(robust_rvm.classification)`` with both; test error in
+mapping), ``CAVI(rvm.classification)`` with the fast schedule and with the sweep (``schedule="fast"``,
+``schedule="sweep"``), and ``CAVI(robust_rvm.classification)`` with both; test error in
 percentage points (P(t = 1) > 0.5, fastrvm: logit > 0). Where the sweeps take longer than the cap
 per fit, they are called once each.
 
@@ -313,7 +314,8 @@ def regression_peers():
                                                               progress_bar=False), describe_sequential_sbl),
         "cavi_fast": Peer(lambda p: ppl_sbl.CAVI(rvm.regression, schedule="fast", progress_bar=False).run(p.Phi, p.t),
                           describe_cavi),
-        "cavi": Peer(lambda p: ppl_sbl.CAVI(rvm.regression, progress_bar=False).run(p.Phi, p.t), describe_cavi),
+        "cavi": Peer(lambda p: ppl_sbl.CAVI(rvm.regression, schedule="sweep", progress_bar=False).run(p.Phi, p.t),
+                     describe_cavi),
         "ard": Peer(_fit_ard, describe_ard),
     }
 
@@ -334,11 +336,12 @@ def classification_peers():
         "fastrvm": Peer(lambda p: fastrvm.RVC(kernel="precomputed", fit_intercept=True).fit(p.K, p.t), describe_fastrvm),
         "cavi_fast": Peer(lambda p: ppl_sbl.CAVI(rvm.classification, schedule="fast", progress_bar=False)
                           .run(p.Phi, p.t), describe_cavi),
-        "cavi": Peer(lambda p: ppl_sbl.CAVI(rvm.classification, progress_bar=False).run(p.Phi, p.t), describe_cavi),
+        "cavi": Peer(lambda p: ppl_sbl.CAVI(rvm.classification, schedule="sweep", progress_bar=False).run(p.Phi, p.t),
+                     describe_cavi),
         "cavi_robust_fast": Peer(lambda p: ppl_sbl.CAVI(robust_rvm.classification, schedule="fast", progress_bar=False)
                                  .run(p.Phi, p.t), describe_cavi),
-        "cavi_robust": Peer(lambda p: ppl_sbl.CAVI(robust_rvm.classification, progress_bar=False).run(p.Phi, p.t),
-                            describe_cavi),
+        "cavi_robust": Peer(lambda p: ppl_sbl.CAVI(robust_rvm.classification, schedule="sweep", progress_bar=False)
+                            .run(p.Phi, p.t), describe_cavi),
     }
 
 

@@ -36,7 +36,9 @@ classifier as in the paper's Fig. 7.
 
 CAVI stops at a relative ELBO change of ``--tol`` (default 1e-7: a width grid needs many fits;
 the library default is 1e-9) or ``--max-sweeps``; every fit's sweeps and ``converged`` flag go
-to the JSON. Fits use the library's default pruning.
+to the JSON. Fits are the paper's algorithm, the sweep (``CAVI(..., schedule="sweep")``; CAVI's default
+schedule would run the fast one of ``ppl_sbl.fast_ard`` on these models), with the library's
+default pruning.
 
 Usage::
 
@@ -120,7 +122,7 @@ PRUNE = [True]  # set from --no-prune
 def fit_bayes(model, X, t, delta, *, tol, max_sweeps, **hyper):
     import ppl_sbl
 
-    cavi = ppl_sbl.CAVI(model, tol=tol, max_sweeps=max_sweeps, prune=PRUNE[0], progress_bar=False)
+    cavi = ppl_sbl.CAVI(model, tol=tol, max_sweeps=max_sweeps, prune=PRUNE[0], progress_bar=False, schedule="sweep")
     return cavi.run(_design(X, X, delta), t, **hyper)
 
 

@@ -108,9 +108,12 @@ class ClosedFormGuide:
         Model-specific summaries of the fitted state, readable as attributes of the result
         (e.g. the robust RVM's ``result.outlier_score``).
     fast(*args, tol, max_passes, progress, **kwargs) -> (data, state, fit) or None
-        The fast schedule (``CAVI(model, schedule="fast")``, :mod:`ppl_sbl.fast_ard`): the data,
-        the guide's state for the restricted family it ends in, and its
-        :class:`ppl_sbl.fast_ard.FastFit` (ELBO trace, active set, which of it the data support).
+        The fast schedule (``CAVI(model, schedule="fast")``, and ``CAVI(model)``'s default
+        ``schedule="auto"``, :mod:`ppl_sbl.fast_ard`): the data, the guide's state for the
+        restricted family it ends in, and its :class:`ppl_sbl.fast_ard.FastFit` (ELBO trace,
+        active set, which of it the data support). For arguments it does not take (e.g. the
+        RVM's ``groups``) it raises :class:`ppl_sbl.fast_ard.NotApplicable` before any fitting
+        work, and the default schedule runs the sweep instead.
 
     The guide owns the compiled forms of its functions (:meth:`compiled`): every run of the
     same guide on arguments of the same shapes reuses them.

@@ -7,11 +7,13 @@ NumPyro's ``SVI``::
     cavi = CAVI(model)
     state, data = cavi.init(*args, **kwargs)   # the prepared data and the start
     state, elbo = cavi.step(state, data)       # one compiled sweep of the closed-form updates
-    result = cavi.run(*args, **kwargs)         # sweeps to the fixed point, with pruning
+    result = cavi.run(*args, **kwargs)         # to the fixed point: the fast schedule or the sweeps
 
-``CAVI.run`` iterates to the fixed point (the relative change of the ELBO below ``tol`` and that
-of the state below sqrt(``tol``), see :class:`CAVI`), prunes basis functions whose precision has
-diverged (see :mod:`ppl_sbl.gaussian`), and returns a :class:`CAVIResult`. :func:`fit` is the
+``CAVI.run`` runs, by default (``schedule="auto"``), the fast variational schedule
+(:mod:`ppl_sbl.fast_ard`) for the ARD models whose guide has one, where it applies, and the sweeps
+otherwise; the sweeps iterate to the fixed point (the relative change of the ELBO below ``tol``
+and that of the state below sqrt(``tol``), see :class:`CAVI`) and prune basis functions whose
+precision has diverged (see :mod:`ppl_sbl.gaussian`). It returns a :class:`CAVIResult`. :func:`fit` is the
 same loop as a pure ``lax.while_loop`` (no pruning) that can be jitted and vmapped;
 :func:`fit_grid` runs it over a list of designs, e.g. a grid of kernel widths.
 """
@@ -26,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import engine, gaussian
+from . import engine, fast_ard, gaussian
 from .derived import derived_guide
 from .engine import MAX_SWEEPS, TOL, fit
 from .guide import ClosedFormGuide, closed_form_guide, resolve_guide
@@ -107,15 +109,25 @@ class CAVI:
         not freeze coefficients that the fit needs later.
     progress_bar : bool or None
         Show a tqdm bar; ``None`` shows it only for fits that run longer than two seconds.
-    schedule : {"sweep", "fast"}
+    schedule : {"auto", "sweep", "fast"}
         ``"sweep"``: every coefficient's factors updated at every sweep (with ``prune``, frozen
-        once their precision diverges). ``"fast"``: the fast variational schedule of the ARD
-        family (:mod:`ppl_sbl.fast_ard`; models whose guide has one): from the empty model, one
-        coefficient at a time, adds of the coefficients the data support and re-estimates of
-        their precisions to the closed-form fixed point, the likelihood's factors updated
-        between passes; ``tol`` is then the relative change of the ELBO over a pass and
-        ``max_sweeps`` limits the passes. ``prune=False`` always means the plain sweep over every
-        coefficient.
+        once their precision diverges); its fixed point is the dense one, every coefficient in
+        the model. ``"fast"``: the fast variational schedule of the ARD family
+        (:mod:`ppl_sbl.fast_ard`; the models whose guide has one: ``rvm.regression``,
+        ``rvm.classification``, ``rvm.multiclass``, ``robust_rvm.classification``,
+        ``robust_rvm.regression``): from the empty model, one coefficient at a time, adds of the
+        coefficients the data support and re-estimates of their precisions to the closed-form
+        fixed point, the likelihood's factors updated between passes; ``tol`` is then the
+        relative change of the ELBO over a pass and ``max_sweeps`` limits the passes. It raises
+        for a model without a fast schedule, with ``init_state``, and for arguments it does not
+        take (:class:`ppl_sbl.fast_ard.NotApplicable`, e.g. ``groups=`` of the RVM models).
+        ``"auto"`` (default): the fast schedule where it applies, i.e. the resolved guide has one,
+        ``prune`` is true, no ``init_state`` is given and the fast schedule takes the call's
+        arguments (it raises :class:`~ppl_sbl.fast_ard.NotApplicable` before any fitting work
+        otherwise, e.g. for ``groups=``); the sweep everywhere else (grid RVMs, derived guides,
+        ``groups=``, ``init_state=``, ``prune=False``). ``prune=False`` always means the plain
+        sweep over every coefficient, whatever the schedule. ``result.schedule`` says which
+        schedule ran. :meth:`init` and :meth:`step` are the sweep's, whatever the schedule.
     """
 
     model: Callable
@@ -126,7 +138,7 @@ class CAVI:
     prune_threshold: float = 1e-3
     prune_after: float = 1e-4
     progress_bar: Optional[bool] = None
-    schedule: str = "sweep"
+    schedule: str = "auto"
     resolved_guide: Optional[ClosedFormGuide] = dataclasses.field(default=None, init=False, repr=False)
 
     def __post_init__(self):
@@ -137,14 +149,17 @@ class CAVI:
             raise ValueError(f"`max_sweeps` must be >= 1; got {self.max_sweeps!r}.")
         if not (self.prune_threshold > 0):
             raise ValueError(f"`prune_threshold` must be > 0; got {self.prune_threshold!r}.")
-        if self.schedule not in ("sweep", "fast"):
-            raise ValueError(f"`schedule` must be 'sweep' or 'fast'; got {self.schedule!r}.")
+        if self.schedule not in ("auto", "sweep", "fast"):
+            raise ValueError(f"`schedule` must be 'auto', 'sweep' or 'fast'; got {self.schedule!r}.")
 
     def init(self, *args, init_state=None, **kwargs):
         """The prepared data of ``model(*args, **kwargs)`` and the state the sweeps start from:
         ``(state, data)``, every array strongly typed (so that every sweep has the same types).
         Selects the guide for these arguments, which :meth:`step` then runs."""
-        self.resolved_guide = g = resolve_guide(self.closed_form, args, kwargs)
+        return self._init(resolve_guide(self.closed_form, args, kwargs), args, kwargs, init_state)
+
+    def _init(self, g, args, kwargs, init_state):
+        self.resolved_guide = g
         data = engine.strong(g.prepare(*args, **kwargs))
         return engine.strong(engine.initial_state(g, data) if init_state is None else init_state), data
 
@@ -157,14 +172,20 @@ class CAVI:
         return engine.compiled_step(g)(state, data)
 
     def run(self, *args, init_state=None, **kwargs) -> "CAVIResult":
-        """Fit the guide to ``model(*args, **kwargs)`` and return a :class:`CAVIResult`."""
+        """Fit the guide to ``model(*args, **kwargs)`` and return a :class:`CAVIResult` (the
+        schedule that ran in its ``schedule``: see :class:`CAVI`'s ``schedule``)."""
+        g = resolve_guide(self.closed_form, args, kwargs)
         if self.schedule == "fast" and self.prune:
             if init_state is not None:
                 raise ValueError("`init_state` applies to schedule='sweep'; the fast schedule starts from the "
                                  "empty model.")
-            return self._run_fast(resolve_guide(self.closed_form, args, kwargs), args, kwargs)
-        state, data = self.init(*args, init_state=init_state, **kwargs)
-        g = self.resolved_guide
+            return self._run_fast(g, args, kwargs)
+        if self.schedule == "auto" and self.prune and init_state is None and g.fast is not None:
+            try:
+                return self._run_fast(g, args, kwargs)
+            except fast_ard.NotApplicable:
+                pass  # arguments the fast schedule does not take (raised before any fitting work): the sweep
+        state, data = self._init(g, args, kwargs, init_state)
         threshold = jnp.asarray(self.prune_threshold, dtype=jnp.float64)
         do_prune = bool(self.prune) and bool(engine.active_fields(state))
 

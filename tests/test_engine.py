@@ -20,7 +20,7 @@ def problem():
 
 def test_init_and_step_make_the_sweeps_of_run(problem):
     Phi, t = problem
-    cavi = ppl_sbl.CAVI(rvm.regression, prune=False, max_sweeps=12, progress_bar=False)
+    cavi = ppl_sbl.CAVI(rvm.regression, prune=False, max_sweeps=12, progress_bar=False, schedule="sweep")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ppl_sbl.ConvergenceWarning)
         result = cavi.run(Phi, t)
@@ -36,8 +36,8 @@ def test_init_and_step_make_the_sweeps_of_run(problem):
 
 def test_fit_reaches_the_fixed_point_that_run_reaches_without_pruning(problem):
     Phi, t = problem
-    result = ppl_sbl.CAVI(rvm.regression, prune=False, progress_bar=False).run(Phi, t)
-    cavi = ppl_sbl.CAVI(rvm.regression)
+    result = ppl_sbl.CAVI(rvm.regression, prune=False, progress_bar=False, schedule="sweep").run(Phi, t)
+    cavi = ppl_sbl.CAVI(rvm.regression, schedule="sweep")
     _, data = cavi.init(Phi, t)
     state, elbo, sweeps, converged = engine.fit(rvm.REGRESSION_GUIDE, data)
     assert bool(converged) and result.converged
@@ -60,7 +60,7 @@ def test_a_guide_keeps_its_compiled_functions(problem):
     back = copy.copy(g)
     assert back.update is g.update and back.prepare is g.prepare
     Phi, t = problem
-    cavi = ppl_sbl.CAVI(rvm.regression)
+    cavi = ppl_sbl.CAVI(rvm.regression, schedule="sweep")
     state, data = cavi.init(Phi, t)
     np.testing.assert_allclose(float(engine.compiled_step(back)(state, data)[1]),
                                float(cavi.step(state, data)[1]), rtol=1e-13)
@@ -85,7 +85,7 @@ def test_compiled_draws_and_log_likelihood_equal_numpyro_run_op_by_op(problem):
     from numpyro.infer import Predictive, log_likelihood
 
     Phi, t = problem
-    res = ppl_sbl.CAVI(rvm.regression, progress_bar=False).run(Phi, t)
+    res = ppl_sbl.CAVI(rvm.regression, progress_bar=False, schedule="sweep").run(Phi, t)
     key = jax.random.PRNGKey(3)
     draws = res.sample(key, 50)
     again = res.sample(key, 50)  # the kept program
@@ -106,7 +106,7 @@ def test_observed_read_in_one_program_equals_a_trace_with_draws_from_the_guide(p
 
     model = {"rvm": rvm.regression, "robust_rvm": robust_rvm.regression}[name]
     Phi, t = problem
-    res = ppl_sbl.CAVI(model, progress_bar=False).run(Phi, t)
+    res = ppl_sbl.CAVI(model, progress_bar=False, schedule="sweep").run(Phi, t)
     draw = handlers.trace(handlers.seed(res.guide, rng_seed=1)).get_trace(Phi, t)
     latent = {k: site["value"] for k, site in draw.items() if site["type"] == "sample"}
     trace = handlers.trace(handlers.substitute(handlers.seed(model, rng_seed=1), data=latent)).get_trace(Phi, t)
@@ -121,7 +121,7 @@ def test_kept_monte_carlo_elbo_equals_numpyro_trace_elbo_on_the_built_guide(prob
     from ppl_sbl.diagnostics import monte_carlo_elbo
 
     Phi, t = problem
-    res = ppl_sbl.CAVI(rvm.regression, progress_bar=False).run(Phi, t)
+    res = ppl_sbl.CAVI(rvm.regression, progress_bar=False, schedule="sweep").run(Phi, t)
     kept = res.monte_carlo_elbo(num_particles=300, seed=4)
     generic = monte_carlo_elbo(rvm.regression, res.guide, Phi, t, num_particles=300, seed=4)
     np.testing.assert_allclose(kept, generic, rtol=1e-10)

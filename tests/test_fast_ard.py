@@ -567,7 +567,7 @@ def sinc100():
     data = datasets.sinc(100, seed=0)
     Phi = basis.rbf(data.X_train, delta=5.55, bias=True)
     Phi_test = basis.rbf(data.X_test, data.X_train, delta=5.55, bias=True)
-    sweep = ppl_sbl.CAVI(rvm.regression, prune=False, progress_bar=False).run(Phi, data.t_train)
+    sweep = ppl_sbl.CAVI(rvm.regression, prune=False, progress_bar=False, schedule="sweep").run(Phi, data.t_train)
     fast = ppl_sbl.CAVI(rvm.regression, schedule="fast", progress_bar=False).run(Phi, data.t_train)
     return dict(Phi=Phi, t=data.t_train, Phi_test=Phi_test, sweep=sweep, fast=fast, t_test=data.t_test,
                 X=data.X_train[:, 0])
@@ -601,7 +601,7 @@ def test_fast_classification_against_the_plain_sweep_on_ripley():
     Phi = basis.rbf(r.X_train[rows], delta=4.0, bias=True)
     Phi_test = basis.rbf(r.X_test, r.X_train[rows], delta=4.0, bias=True)
     fast = ppl_sbl.CAVI(rvm.classification, schedule="fast", progress_bar=False).run(Phi, r.t_train[rows])
-    sweep = ppl_sbl.CAVI(rvm.classification, progress_bar=False).run(Phi, r.t_train[rows])
+    sweep = ppl_sbl.CAVI(rvm.classification, progress_bar=False, schedule="sweep").run(Phi, r.t_train[rows])
     error = lambda res: float(np.mean((res.predict(Phi_test) > 0.5) != r.t_test))
     assert abs(error(fast) - error(sweep)) <= 0.02
     assert 2 <= len(fast.relevance_indices) <= 10
@@ -670,7 +670,7 @@ def test_robust_rvm_fast_fit_is_exact_monotone_and_checks(kind):
     assert np.all(np.diff(res.elbo_trace) >= -1e-9 * np.abs(res.elbo_trace[1:]))
     check = ppl_sbl.check_guide(res, num_particles=2000)
     assert check.passed, check.message
-    sweep = ppl_sbl.CAVI(model, progress_bar=False).run(Phi, t)
+    sweep = ppl_sbl.CAVI(model, progress_bar=False, schedule="sweep").run(Phi, t)
     assert res.elbo > sweep.elbo - 0.01 * abs(sweep.elbo)
     if kind == "regression":
         assert np.argmin(res.outlier_score) == 5 and res.outlier_score[5] < 0.1

@@ -12,7 +12,8 @@ from problems import random_classification, random_regression
 
 
 def _fit(model, *args, **kw):
-    return ppl_sbl.CAVI(model, progress_bar=False, max_sweeps=kw.pop("max_sweeps", 2000)).run(*args, **kw)
+    return ppl_sbl.CAVI(model, progress_bar=False, max_sweeps=kw.pop("max_sweeps", 2000), schedule="sweep").run(*args,
+                                                                                                              **kw)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,6 +238,11 @@ def test_cli_compare_prints_the_elbo_table(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "rvm (ARD)" in out.stdout and "ridge (shared precision)" in out.stdout
     assert "elbo" in out.stdout and "test RMSE" in out.stdout
+    # CAVI's default schedule: fast for the ARD models (counted in moves), the sweep for the shared precision
+    assert "schedule" in out.stdout and "sweeps/moves" in out.stdout and "'sweeps/moves' counts" in out.stdout
+    rows = {line.split("  ")[0]: line.split() for line in out.stdout.splitlines()}
+    assert "sweep" in rows["ridge (shared precision)"] and "fast" not in rows["ridge (shared precision)"]
+    assert "fast" in rows["rvm (ARD)"] and "fast" in rows["robust rvm"]
     helptext = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--help"], capture_output=True,
                               text=True, cwd=tmp_path)
     assert "--dataset" in helptext.stdout and "--delta" in helptext.stdout

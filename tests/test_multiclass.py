@@ -33,7 +33,8 @@ def inputs(seed, n=40):
 
 
 def _cavi(**kw):
-    return ppl_sbl.CAVI(rvm.multiclass, progress_bar=False, **kw)
+    # the sweep unless a test names the schedule (CAVI's default, "auto", runs the fast one)
+    return ppl_sbl.CAVI(rvm.multiclass, progress_bar=False, **{"schedule": "sweep", **kw})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ def results():
     Y = np.random.default_rng(0).standard_normal((30, 4))
     Z = np.tanh(Y[:, :2]) + 0.05 * np.random.default_rng(1).standard_normal((30, 2))
     results = {
-        "cavi": ppl_sbl.CAVI(rvm.regression, progress_bar=False).run(Phi, t),
+        "cavi": ppl_sbl.CAVI(rvm.regression, progress_bar=False, schedule="sweep").run(Phi, t),
         "sequential": ss.fit(Phi, t, noise_var=0.01),
     }
     with pytest.warns(ppl_sbl.ConvergenceWarning):  # a short fit is enough to read its members

@@ -78,8 +78,9 @@ def numpy_classification(Phi, t, sweeps, a0=1e-6, b0=1e-6):
 
 
 def _cavi(model, *args, **kw):
-    opts = dict(progress_bar=False)
-    opts.update({k: kw.pop(k) for k in list(kw) if k in ("tol", "max_sweeps", "prune", "prune_threshold", "prune_after")})
+    opts = dict(progress_bar=False, schedule="sweep")  # the sweep unless a test names the schedule
+    opts.update({k: kw.pop(k) for k in list(kw) if k in ("tol", "max_sweeps", "prune", "prune_threshold", "prune_after",
+                                                          "schedule")})
     return ppl_sbl.CAVI(model, **opts).run(*args, **kw)
 
 

@@ -40,12 +40,13 @@ def _cavi_results():
     X, tg, X_new = _grid()
     cavi = dict(progress_bar=False, max_sweeps=300)
     return {
-        "rvm.regression sweep": (ppl_sbl.CAVI(rvm.regression, **cavi).run(Phi, t), (Phi_new,)),
+        "rvm.regression sweep": (ppl_sbl.CAVI(rvm.regression, schedule="sweep", **cavi).run(Phi, t), (Phi_new,)),
         "rvm.regression fast": (ppl_sbl.CAVI(rvm.regression, schedule="fast", **cavi).run(Phi, t), (Phi_new,)),
         "rvm.regression derived": (ppl_sbl.CAVI(rvm.regression, guide="derived", **cavi).run(Phi, t), (Phi_new,)),
         "rvm.classification fast": (ppl_sbl.CAVI(rvm.classification, schedule="fast", **cavi).run(C, labels),
                                     (C_new,)),
-        "robust_rvm.classification": (ppl_sbl.CAVI(robust_rvm.classification, **cavi).run(C, labels), (C_new,)),
+        "robust_rvm.classification": (ppl_sbl.CAVI(robust_rvm.classification, schedule="sweep", **cavi).run(C, labels),
+                                      (C_new,)),
         "robust_rvm.regression fast": (ppl_sbl.CAVI(robust_rvm.regression, schedule="fast", **cavi).run(Phi, t),
                                        (Phi_new,)),
         "grid_rvm.regression s-grid": (ppl_sbl.CAVI(grid_rvm.regression, **cavi).run(X, tg, kind="s"), (X_new,)),

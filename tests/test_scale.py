@@ -186,7 +186,7 @@ def test_issue_example_low_rank_rbf_design():
     so one more or one less is relevant and the means differ by a few hundredths)."""
     d = ppl_sbl.datasets.sinc()
     Phi = ppl_sbl.basis.rbf(d.X_train, delta=5.55, bias=True)
-    cavi = ppl_sbl.CAVI(rvm.regression, tol=TOL, progress_bar=False)
+    cavi = ppl_sbl.CAVI(rvm.regression, tol=TOL, progress_bar=False, schedule="sweep")
     fits = {s: cavi.run(Phi * s, d.t_train) for s in (1e-6, 1.0, 1e6)}
     for s, res in fits.items():
         assert res.data.lik.gram_factor is not None  # the factored (Woodbury) update

@@ -101,7 +101,7 @@ from __future__ import annotations
 from .algebra import frozen_optimum, frozen_value, in_model_optimum, in_model_value
 from .factors import GaussianNoise, JaakkolaJordan, MultinomialProbit, RobustGaussianNoise, RobustJaakkolaJordan
 from .schedule import (ADD, LOG_ALPHA_TOL, MAX_ALIGNMENT, NEWTON, REESTIMATE, UPDATE, FastFit, Moments,
-                       MultiFastFit, active_gaussian, alpha_factors, schedule)
+                       MultiFastFit, NotApplicable, active_gaussian, alpha_factors, schedule)
 
 __all__ = [
     "in_model_value",
@@ -125,4 +125,5 @@ __all__ = [
     "REESTIMATE",
     "UPDATE",
     "NEWTON",
+    "NotApplicable",
 ]

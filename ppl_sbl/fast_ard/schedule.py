@@ -13,8 +13,8 @@ from .. import gaussian as G
 from .algebra import (check_hyperparameters, frozen_optimum, frozen_value, in_model_change, in_model_optimum,
                       in_model_value, scalar_optimum, w_alpha_terms, warm_optimum)
 
-__all__ = ["LOG_ALPHA_TOL", "MAX_ALIGNMENT", "ADD", "REESTIMATE", "UPDATE", "NEWTON", "Moments", "FastFit",
-           "MultiFastFit",
+__all__ = ["LOG_ALPHA_TOL", "MAX_ALIGNMENT", "ADD", "REESTIMATE", "UPDATE", "NEWTON", "NotApplicable", "Moments",
+           "FastFit", "MultiFastFit",
            "schedule", "active_gaussian", "alpha_factors"]
 
 # a frozen coefficient with s_k below this fraction of h_k is (numerically) in the span of the
@@ -23,6 +23,13 @@ __all__ = ["LOG_ALPHA_TOL", "MAX_ALIGNMENT", "ADD", "REESTIMATE", "UPDATE", "NEW
 _COLLINEAR = 1e-10
 LOG_ALPHA_TOL = 1e-3  # the smallest change of ln E[alpha_k] a re-estimate makes
 MAX_ALIGNMENT = 1.0 - 1e-3  # the largest |cosine| of a coefficient added with an active one
+
+
+class NotApplicable(ValueError):
+    """The fast schedule does not fit the model with these arguments (e.g. ``groups=``: the fast
+    schedule fits the ARD prior, one precision per coefficient). A guide's ``fast`` function
+    raises it before any fitting work, so that ``CAVI(schedule="auto")`` can fall back to the
+    plain sweep; under ``schedule="fast"`` it reaches the caller with its message."""
 
 
 class Moments:

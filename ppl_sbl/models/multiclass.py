@@ -423,8 +423,9 @@ def multiclass(Phi, t=None, *, a0=1e-6, b0=1e-6, num_classes=None):
 
     The closed-form guide (``CAVI(rvm.multiclass)``): q(W) q(alpha) q(Y) with q(w_c) Gaussian,
     q(alpha_mc) Gamma and q(y_n) the Gaussian restricted to the cone of t_n; ``result.predict(
-    Phi_new)`` gives the predictive class probabilities (N_new, C). ``schedule="fast"`` fits each
-    class's column one basis function at a time (:mod:`ppl_sbl.fast_ard`).
+    Phi_new)`` gives the predictive class probabilities (N_new, C). CAVI's default schedule
+    (``"auto"``, as ``schedule="fast"``) fits each class's column one basis function at a time
+    (:mod:`ppl_sbl.fast_ard`); ``schedule="sweep"`` updates every coefficient at every sweep.
     """
     N, M = jnp.shape(Phi)
     C = _model_num_classes(t, num_classes)

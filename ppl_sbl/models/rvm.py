@@ -137,9 +137,11 @@ def _regression_predict(state: RegressionState, data: RegressionData, Phi_new):
 
 
 def _fast_args(groups):
+    """Raises :class:`ppl_sbl.fast_ard.NotApplicable` for arguments the fast schedule does not take
+    (``CAVI``'s default schedule then runs the sweep)."""
     if groups is not None:
-        raise ValueError("the fast schedule fits the ARD model (one precision per coefficient); `groups` needs "
-                         "schedule='sweep'.")
+        raise fast_ard.NotApplicable("the fast schedule fits the ARD model (one precision per coefficient); "
+                                     "`groups` needs schedule='sweep'.")
 
 
 def _regression_fast(Phi, t=None, *, a0=1e-6, b0=1e-6, e0=1e-6, f0=1e-6, groups=None, tol=1e-9, max_passes=1000,

@@ -148,7 +148,9 @@ def evidence(result, X, y, *, task="regression", **cavi_kwargs):
         precision) or two labels -1/+1 (``task="classification"``: Bernoulli-logit with the
         Jaakkola-Jordan bound, +1 the positive class).
     cavi_kwargs : options of :class:`ppl_sbl.CAVI` (``tol``, ``max_sweeps``, ``prune``, ...) and
-        the model's hyperparameters (``a0``, ``b0``, ...), each passed where it belongs.
+        the model's hyperparameters (``a0``, ``b0``, ...), each passed where it belongs. The fit is
+        the sweep (``schedule="sweep"``: the dense fixed point, every prototype in the model)
+        unless ``schedule`` is given.
 
     Returns
     -------
@@ -165,7 +167,7 @@ def evidence(result, X, y, *, task="regression", **cavi_kwargs):
     y = check_targets("y", y, X.shape[0], rows_name="X")
     Phi = np.column_stack([result.similarities(X), np.ones(X.shape[0])])
     options = {f.name for f in dataclasses.fields(CAVI)} - {"model", "guide"}
-    engine = {k: v for k, v in cavi_kwargs.items() if k in options}
+    engine = {"schedule": "sweep", **{k: v for k, v in cavi_kwargs.items() if k in options}}
     cavi_kwargs = {k: v for k, v in cavi_kwargs.items() if k not in options}
     if task == "classification":
         labels = np.unique(y)
