@@ -117,8 +117,11 @@ class CAVI:
         ``rvm.classification``, ``rvm.multiclass``, ``robust_rvm.classification``,
         ``robust_rvm.regression``): from the empty model, one coefficient at a time, adds of the
         coefficients the data support and re-estimates of their precisions to the closed-form
-        fixed point, the likelihood's factors updated between passes; ``tol`` is then the
-        relative change of the ELBO over a pass and ``max_sweeps`` limits the passes. It raises
+        fixed point, the likelihood's factors updated between passes; it stops after a pass
+        that made no move and changed the ELBO by at most ``tol`` and the likelihood's factors by
+        at most sqrt(``tol``) (relative), the sweep's rule (:func:`ppl_sbl.fast_ard.schedule`;
+        ``rvm.multiclass``: after a pass that changed the ELBO by at most ``tol``), and
+        ``max_sweeps`` limits the passes. It raises
         for a model without a fast schedule, with ``init_state``, and for arguments it does not
         take (:class:`ppl_sbl.fast_ard.NotApplicable`, e.g. ``groups=`` of the RVM models).
         ``"auto"`` (default): the fast schedule where it applies, i.e. the resolved guide has one,

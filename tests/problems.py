@@ -1,5 +1,8 @@
-"""Small random problems shared by the tests."""
+"""Small random problems, a model without a guide, and a comparison shared by the tests."""
+import jax
 import numpy as np
+import numpyro
+import numpyro.distributions as dist
 
 
 def random_regression(seed, N=25, M=8, noise=0.3, scale=1.0):
@@ -19,3 +22,24 @@ def random_classification(seed, N=40, M=6):
     p = 1.0 / (1.0 + np.exp(-Phi @ w))
     t = (r.uniform(size=N) < p).astype(float)
     return Phi, t
+
+
+def student_t_rvm(Phi, t=None, *, nu=4.0):
+    """The RVM with Student-t noise, a Gamma(nu/2, nu/2) scale on each point's precision: no guide
+    attached, so CAVI derives one from the trace."""
+    N, M = Phi.shape
+    alpha = numpyro.sample("alpha", dist.Gamma(1.0, 1e-2).expand([M]).to_event(1))
+    w = numpyro.sample("w", dist.Normal(0.0, jax.lax.rsqrt(alpha)).to_event(1))
+    gamma = numpyro.sample("gamma", dist.Gamma(2.0, 0.5))
+    with numpyro.plate("data", N):
+        lam = numpyro.sample("lam", dist.Gamma(nu / 2, nu / 2))
+        numpyro.sample("t", dist.Normal(Phi @ w, jax.lax.rsqrt(gamma * lam)), obs=t)
+
+
+def assert_same_tree(a, b):
+    """Two pytrees with the same structure and bit-identical leaves."""
+    leaves_a, tree_a = jax.tree.flatten(a)
+    leaves_b, tree_b = jax.tree.flatten(b)
+    assert tree_a == tree_b
+    for x, y in zip(leaves_a, leaves_b):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -13,6 +13,8 @@ from ppl_sbl.derived import NotConjugateError, derived_guide
 from ppl_sbl.inference import resolve_guide
 from ppl_sbl.models import grid_rvm, robust_rvm, rvm
 
+from problems import student_t_rvm
+
 
 def _sweeps(model, args, kwargs, n, compare):
     """Run the hand-written and the derived guide from their initial states for n sweeps and call
@@ -144,17 +146,6 @@ def test_derived_classification_bound_lies_below_monte_carlo():
     assert res.elbo <= res.elbo_exact
     check = ppl_sbl.check_guide(res, num_particles=4000)
     assert check.passed, check.message
-
-
-def student_t_rvm(Phi, t=None, *, nu=4.0):
-    """The RVM with Student-t noise: a Gamma(nu/2, nu/2) scale on each point's precision."""
-    N, M = Phi.shape
-    alpha = numpyro.sample("alpha", dist.Gamma(1.0, 1e-2).expand([M]).to_event(1))
-    w = numpyro.sample("w", dist.Normal(0.0, jax.lax.rsqrt(alpha)).to_event(1))
-    gamma = numpyro.sample("gamma", dist.Gamma(2.0, 0.5))
-    with numpyro.plate("data", N):
-        lam = numpyro.sample("lam", dist.Gamma(nu / 2, nu / 2))
-        numpyro.sample("t", dist.Normal(Phi @ w, jax.lax.rsqrt(gamma * lam)), obs=t)
 
 
 def _outlier_problem(seed=0, N=40, M=5):

@@ -12,6 +12,8 @@ import ppl_sbl
 from ppl_sbl import basis, datasets
 from ppl_sbl.models import gplvm, grid_rvm, robust_rvm, rvm, sequential_sbl, super_sparse
 
+from problems import assert_same_tree
+
 
 def _sinc(n=40):
     d = datasets.sinc(n_train=n, n_test=15, seed=0)
@@ -60,14 +62,6 @@ def cavi_results():
     return _cavi_results()
 
 
-def _same_tree(a, b):
-    import jax
-
-    leaves_a, tree_a = jax.tree.flatten(a)
-    leaves_b, tree_b = jax.tree.flatten(b)
-    assert tree_a == tree_b
-    for x, y in zip(leaves_a, leaves_b):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 def _round_trips(result, tmp_path):
@@ -94,8 +88,8 @@ def test_cavi_result_round_trips_to_identical_predictions(cavi_results, name, tm
         assert type(back) is ppl_sbl.CAVIResult, how
         assert back.model is result.model and back.schedule == result.schedule, how
         np.testing.assert_array_equal(back.elbo_trace, result.elbo_trace)
-        _same_tree(back.state, result.state)
-        _same_tree(back.data, result.data)
+        assert_same_tree(back.state, result.state)
+        assert_same_tree(back.data, result.data)
         got = back.predict(*new)
         for a, b in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
             np.testing.assert_array_equal(a, b)

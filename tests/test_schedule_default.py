@@ -2,18 +2,15 @@
 resolved guide has one and it takes the call, the sweep everywhere else. Each fit under the default
 is checked against the same fit with its schedule named (and, for the fast schedule, against
 ``fast_ard.schedule`` called directly)."""
-import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
-import numpyro.distributions as dist
 import pytest
 
 import ppl_sbl
 from ppl_sbl import engine, fast_ard
 from ppl_sbl.models import grid_rvm, robust_rvm, rvm
 
-from problems import random_classification, random_regression
+from problems import assert_same_tree, random_classification, random_regression, student_t_rvm
 
 
 def _labels3(seed=0, N=36):
@@ -48,20 +45,14 @@ ARD_MODELS = {
 }
 
 
-def _same_tree(a, b):
-    leaves_a, tree_a = jax.tree.flatten(a)
-    leaves_b, tree_b = jax.tree.flatten(b)
-    assert tree_a == tree_b
-    for x, y in zip(leaves_a, leaves_b):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 def _same_fit(a, b):
     """Two results of the same computation: identical traces, states, data and flags."""
     assert a.schedule == b.schedule
     np.testing.assert_array_equal(a.elbo_trace, b.elbo_trace)
-    _same_tree(a.state, b.state)
-    _same_tree(a.data, b.data)
+    assert_same_tree(a.state, b.state)
+    assert_same_tree(a.data, b.data)
     assert a.converged == b.converged and a.num_moves == b.num_moves
     assert a.prune_events == b.prune_events
     np.testing.assert_array_equal(a.relevant, b.relevant)
@@ -90,15 +81,6 @@ def test_the_default_fit_is_the_schedule_called_directly():
     assert res.num_moves == fit.num_moves and res.converged == fit.converged
 
 
-def student_t_rvm(Phi, t=None, *, nu=4.0):
-    """No guide attached: CAVI derives one from the trace (as in tests/test_derived.py)."""
-    N, M = Phi.shape
-    alpha = numpyro.sample("alpha", dist.Gamma(1.0, 1e-2).expand([M]).to_event(1))
-    w = numpyro.sample("w", dist.Normal(0.0, jax.lax.rsqrt(alpha)).to_event(1))
-    gamma = numpyro.sample("gamma", dist.Gamma(2.0, 0.5))
-    with numpyro.plate("data", N):
-        lam = numpyro.sample("lam", dist.Gamma(nu / 2, nu / 2))
-        numpyro.sample("t", dist.Normal(Phi @ w, jax.lax.rsqrt(gamma * lam)), obs=t)
 
 
 @pytest.mark.parametrize("case", ["grid_rvm", "derived model", "rvm guide='derived'"])

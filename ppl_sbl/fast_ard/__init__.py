@@ -100,8 +100,9 @@ from __future__ import annotations
 
 from .algebra import frozen_optimum, frozen_value, in_model_optimum, in_model_value
 from .factors import GaussianNoise, JaakkolaJordan, MultinomialProbit, RobustGaussianNoise, RobustJaakkolaJordan
+from .results import active_gaussian, alpha_factors
 from .schedule import (ADD, LOG_ALPHA_TOL, MAX_ALIGNMENT, NEWTON, REESTIMATE, UPDATE, FastFit, Moments,
-                       MultiFastFit, NotApplicable, active_gaussian, alpha_factors, schedule)
+                       MultiFastFit, NotApplicable, schedule)
 
 __all__ = [
     "in_model_value",

@@ -12,7 +12,8 @@ from scipy.special import digamma, log_expit
 
 from .algebra import LOG_2PI, gamma_prior_and_entropy
 
-__all__ = ["GaussianNoise", "JaakkolaJordan", "RobustJaakkolaJordan", "RobustGaussianNoise", "MultinomialProbit"]
+__all__ = ["GaussianNoise", "JaakkolaJordan", "RobustJaakkolaJordan", "RobustGaussianNoise", "MultinomialProbit",
+           "weights_change"]
 
 # regression starts with E[gamma] = 1 / (_NOISE_SHARE var(t)) (Tipping & Faul 2003, section 4)
 _NOISE_SHARE = 0.1
@@ -273,3 +274,15 @@ class MultinomialProbit:
         and the variances from the outputs' moments."""
         _, cross, offset_sq, var_sum = self._square_error(moments)
         return float(np.sum(self.log_z) - cross - 0.5 * offset_sq - 0.5 * var_sum)
+
+
+def weights_change(old, new):
+    """The largest relative change, over the points, of the likelihood factor's quadratic form
+    (W, r) between two of its updates: the factor's part of the stopping rule, whose bound
+    sqrt(tol) is the sweep's on its state (:func:`ppl_sbl.engine.state_tol`)."""
+    change = 0.0
+    for a, b in zip(old, new):
+        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        scale = np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-300)
+        change = max(change, float(np.max(np.abs(a - b) / scale, initial=0.0)))
+    return change

@@ -5,17 +5,15 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 
-from .. import gaussian as G
-from .algebra import (check_hyperparameters, frozen_optimum, frozen_value, in_model_change, in_model_optimum,
-                      in_model_value, scalar_optimum, w_alpha_terms, warm_optimum)
+from .algebra import (check_hyperparameters, frozen_optimum, frozen_value, in_model_change, in_model_value,
+                      scalar_optimum, w_alpha_terms, warm_optimum)
+from .factors import weights_change
 
 __all__ = ["LOG_ALPHA_TOL", "MAX_ALIGNMENT", "ADD", "REESTIMATE", "UPDATE", "NEWTON", "NotApplicable", "Moments",
-           "FastFit", "MultiFastFit",
-           "schedule", "active_gaussian", "alpha_factors"]
+           "FastFit", "MultiFastFit", "schedule"]
 
 # a frozen coefficient with s_k below this fraction of h_k is (numerically) in the span of the
 # active columns: S_k = h_k - B_k^T Sigma B_k carries a rounding error of order 1e-16 h_k times the
@@ -413,7 +411,6 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
         raise ValueError(f"`tol` must be > 0; got {tol!r}.")
     if getattr(factor, "num_outputs", None) is not None:
         return _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress)
-    M = Phi.shape[1]
     max_moves = np.inf if max_moves is None else int(max_moves)
     work = _Schedule(Phi, factor, a0, b0)
     work.settle = math.sqrt(tol)
@@ -460,17 +457,6 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
             break
     return work.result(trace, events, moves, passes, converged)
 
-
-def weights_change(old, new):
-    """The largest relative change, over the points, of the likelihood factor's quadratic form
-    (W, r) between two of its updates: the factor's part of the stopping rule, whose bound
-    sqrt(tol) is the sweep's on its state (:func:`ppl_sbl.engine.state_tol`)."""
-    change = 0.0
-    for a, b in zip(old, new):
-        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-        scale = np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-300)
-        change = max(change, float(np.max(np.abs(a - b) / scale, initial=0.0)))
-    return change
 
 
 class MultiFastFit(NamedTuple):
@@ -687,27 +673,3 @@ def _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress)
                         trace_outputs=np.asarray(outputs, dtype=int), num_moves=moves, num_passes=passes,
                         converged=converged)
 
-
-def active_gaussian(fit: FastFit):
-    """The fit's q(w) as the :class:`ppl_sbl.gaussian.ActiveGaussian` of the guides: the active
-    coefficients in a bucket of slots (a power of two; padding slots hold M and an identity block),
-    Sigma in the dense form, the frozen variances elsewhere."""
-    M = fit.x.shape[0]
-    K = len(fit.active)
-    size = G.bucket_size(K, M) if K else min(8, M)
-    index = np.full(size, M, dtype=np.int32)
-    index[:K] = fit.active
-    cov = np.eye(size)
-    cov[:K, :K] = fit.Sigma
-    mean = np.zeros(M)
-    mean[fit.active] = fit.mu
-    log_det = float(np.linalg.slogdet(fit.Sigma)[1]) if K else 0.0
-    return G.ActiveGaussian(mean=jnp.asarray(mean), cov=jnp.asarray(cov), base=jnp.zeros(0),
-                            index=jnp.asarray(index), frozen_var=jnp.asarray(fit.frozen_var),
-                            log_det=jnp.asarray(log_det), factor_var=jnp.zeros(0))
-
-
-def alpha_factors(fit: FastFit, a0):
-    """q(alpha_k) = Gamma(a0 + 1/2, (a0 + 1/2) / E[alpha_k]) of every coefficient: (shape, rate)."""
-    shape = np.full(fit.x.shape[0], a0 + 0.5)
-    return jnp.asarray(shape), jnp.asarray(shape / fit.x)
