@@ -114,7 +114,11 @@ def gaussian_update_w(q: G.ActiveGaussian, prior_precision, gamma_shape, gamma_r
     factor = None
     if lik.gram_factor is not None:
         factor = jnp.sqrt(e_gamma) * jnp.take(lik.gram_factor, idx, axis=0, mode="fill", fill_value=0.0)
-    phi_a = G.gather_columns(lik.Phi, idx)
+
+    def data_matvec(x):  # gathers the active columns only where the update refines the mean
+        phi_a = G.gather_columns(lik.Phi, idx)
+        return e_gamma * (phi_a.T @ (phi_a @ x))
+
     q = G.update_active_gaussian(
         q,
         prior_precision,
@@ -122,7 +126,7 @@ def gaussian_update_w(q: G.ActiveGaussian, prior_precision, gamma_shape, gamma_r
         e_gamma * jnp.take(lik.phi_t, idx, mode="fill", fill_value=0.0),
         e_gamma * lik.col_sq,
         data_factor=factor,
-        data_matvec=lambda x: e_gamma * (phi_a.T @ (phi_a @ x)),
+        data_matvec=data_matvec,
     )
     return G.factor_variance(q, e_gamma)  # f_j^T Sigma f_j for the Gram factor's own columns
 
