@@ -54,8 +54,20 @@ def in_model_value(x, s, q, a0, b0):
     """
     a0, b0 = check_hyperparameters(a0, b0)
     x, s, q = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (x, s, q)))
-    with np.errstate(divide="ignore"):
+    return _f_in(x, s, q, a0, b0)
+
+
+def _f_in(x, s, q, a0, b0):
+    """f_in of eq. (1) for validated arrays (no broadcasting or checks)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
         return 0.5 * q * q / (x + s) - 0.5 * np.log1p(s / x) + _prior_part(x, a0, b0)
+
+
+def _cubic(s, q, a0, b0):
+    """The coefficients (c3, c2, c1, c0) of the cubic (4) in u = x / s (s > 0)."""
+    beta = b0 * s
+    d = _excess(q, s)
+    return 2.0 * beta, 4.0 * beta - 2.0 * a0, 2.0 * beta + d - 4.0 * a0, -(2.0 * a0 + 1.0)
 
 
 def frozen_value(x, h, a0, b0):
@@ -195,17 +207,10 @@ def optimum_unchecked(s, q, a0, b0):
     value[zero] = a0 * math.log(a0 / b0) - a0
     if np.any(pos):
         sp, qp = s[pos], q[pos]
-        beta = b0 * sp
-        d = _excess(qp, sp)
-        c3 = 2.0 * beta
-        c2 = 4.0 * beta - 2.0 * a0
-        c1 = 2.0 * beta + d - 4.0 * a0
-        c0 = np.full_like(sp, -(2.0 * a0 + 1.0))
-        u = _cubic_candidates(c3, c2, c1, c0)
+        c3, c2, c1, c0 = _cubic(sp, qp, a0, b0)
+        u = _cubic_candidates(c3, c2, c1, np.full_like(sp, c0))
         xs = sp[:, None] * u
-        with np.errstate(invalid="ignore", divide="ignore"):
-            spc, qpc = sp[:, None], qp[:, None]
-            f = 0.5 * qpc * qpc / (xs + spc) - 0.5 * np.log1p(spc / xs) + (a0 * np.log(xs) - b0 * xs)
+        f = _f_in(xs, sp[:, None], qp[:, None], a0, b0)
         f = np.where(np.isfinite(f), f, -np.inf)
         best = np.argmax(f, axis=1)
         rows = np.arange(len(sp))
@@ -223,9 +228,7 @@ def warm_optimum(s, q, a0, b0, start):
     positive roots, go through Cardano's formula."""
     if b0 == 0:
         return optimum_unchecked(s, q, a0, b0)
-    beta = b0 * s
-    d = _excess(q, s)
-    c3, c2, c1, c0 = 2.0 * beta, 4.0 * beta - 2.0 * a0, 2.0 * beta + d - 4.0 * a0, -(2.0 * a0 + 1.0)
+    c3, c2, c1, c0 = _cubic(s, q, a0, b0)
     with np.errstate(all="ignore"):
         u = start / s
         d3, d2 = 3.0 * c3, 2.0 * c2
@@ -244,7 +247,7 @@ def warm_optimum(s, q, a0, b0, start):
             scale = np.maximum.reduce([np.abs(term) for term in terms])
             ok[maybe] &= sum(terms) < -1e-8 * scale
         x = s * u
-        value = 0.5 * q * q / (x + s) - 0.5 * np.log1p(s / x) + (a0 * np.log(x) - b0 * x)
+    value = _f_in(x, s, q, a0, b0)
     if not np.all(ok):
         rest = ~ok
         x[rest], value[rest] = optimum_unchecked(s[rest], q[rest], a0, b0)
