@@ -16,7 +16,7 @@ import numpy as np
 from . import gaussian
 from .guide import ClosedFormGuide
 
-__all__ = ["TOL", "MAX_SWEEPS", "sweep", "converged", "fit", "strong", "stack", "num_active", "active_fields"]
+__all__ = ["TOL", "MAX_SWEEPS", "sweep", "converged", "unit_offset", "fit", "strong", "stack", "num_active", "active_fields"]
 
 TOL = 1e-9  # the stopping rule's relative tolerance (see :class:`ppl_sbl.CAVI`)
 MAX_SWEEPS = 20000
@@ -161,10 +161,17 @@ COMPACT_MIN = 32  # the fewest slots a pruned state is compacted into: below thi
 CHUNK = 256  # sweeps one compiled call may run before it hands the trace back
 
 
-def converged(value, old, change, tol):
+def unit_offset(guide, data):
+    """The guide's ``unit_offset(data)`` (the ELBO's part that depends on the targets' units), 0
+    where it has none."""
+    return 0.0 if guide.unit_offset is None else guide.unit_offset(data)
+
+
+def converged(value, old, change, tol, offset=0.0):
     """The stopping rule (see :class:`ppl_sbl.CAVI`): the ELBO changed by at most ``tol`` relative over the
-    last sweep and the state by at most sqrt(``tol``) (:func:`state_change`)."""
-    return (jnp.abs(value - old) <= tol * jnp.abs(value)) & (change <= state_tol(tol))
+    last sweep (relative to |ELBO - offset|, ``offset`` = :func:`unit_offset`, a size that does
+    not depend on the data's units) and the state by at most sqrt(``tol``) (:func:`state_change`)."""
+    return (jnp.abs(value - old) <= tol * jnp.abs(value - offset)) & (change <= state_tol(tol))
 
 
 def compiled_chunk(guide):
@@ -192,11 +199,13 @@ def compiled_chunk(guide):
             after = summary(guide, state, d)
             moved = state_change(before, after)
             i = first + count
-            done = (i > 0) & converged(value, old, moved, tol)
-            prune_due = check_prune & (i > 0) & (jnp.abs(value - old) <= prune_after * jnp.abs(value)) & (i >= wait)
+            done = (i > 0) & converged(value, old, moved, tol, offset)
+            prune_due = (check_prune & (i > 0) & (jnp.abs(value - old) <= prune_after * jnp.abs(value - offset))
+                         & (i >= wait))
             stop = done | ~jnp.isfinite(value) | prune_due
             return state, value, count + 1, values.at[count].set(value), changes.at[count].set(moved), stop, after
 
+        offset = unit_offset(guide, data)
         carry = (state, jnp.asarray(previous, jnp.float64), jnp.asarray(0), values, changes, jnp.asarray(False),
                  summary(guide, state, data))
         state, _, count, values, changes, _, _ = jax.lax.while_loop(cond, body, carry)
@@ -242,14 +251,16 @@ def fit_loop(guide, data, tol, max_sweeps, init_state, record):
             trace = trace.at[i].set(new)
         return state, new, old, i + 1, trace, after, state_change(before, after)
 
+    offset = unit_offset(guide, data)
+
     def cond(carry):
         _, new, old, i, _, _, moved = carry
-        return (i < max_sweeps) & ((i < 2) | ~converged(new, old, moved, tol))
+        return (i < max_sweeps) & ((i < 2) | ~converged(new, old, moved, tol, offset))
 
     carry = (state, jnp.asarray(-jnp.inf, dtype), jnp.asarray(-jnp.inf, dtype), jnp.asarray(0), trace,
              summary(guide, state, data), jnp.asarray(jnp.inf, dtype))
     state, new, old, sweeps, trace, _, moved = jax.lax.while_loop(cond, body, carry)
-    return state, new, sweeps, (sweeps >= 2) & converged(new, old, moved, tol), trace
+    return state, new, sweeps, (sweeps >= 2) & converged(new, old, moved, tol, offset), trace
 
 
 def fit(guide: ClosedFormGuide, data, *, tol=TOL, max_sweeps=MAX_SWEEPS, init_state=None):

@@ -183,7 +183,10 @@ class RVR(RegressorMixin, _RVMBase):
     delta : the RBF's inverse squared width: "scale" (default, 1 / (n_features X.var()), the rule
         of scikit-learn's SVC), "auto" (1 / n_features) or a positive number.
     bias : add a constant basis function (first).
-    a0, b0, e0, f0 : Gamma(shape, rate) hyperpriors of the weight precisions and the noise precision.
+    a0, b0, e0, f0 : Gamma(shape, rate) hyperpriors of the weight precisions and the noise precision;
+        the rates ``None`` (default) are set on the data's scale (b0_k = a0 var(y) / mean of the
+        squares of basis function k, f0 = e0 var(y): :mod:`ppl_sbl.priors`), so that the fit does
+        not depend on the units of ``y`` or ``X``.
     tol, max_sweeps, prune, progress_bar, schedule : :class:`ppl_sbl.CAVI`'s (``schedule`` "fast",
         the default: the fast variational schedule of :mod:`ppl_sbl.fast_ard`; "sweep": every
         coefficient at every sweep).
@@ -200,7 +203,7 @@ class RVR(RegressorMixin, _RVMBase):
     delta_ : the RBF width used; n_features_in_, feature_names_in_ : as scikit-learn's.
     """
 
-    def __init__(self, kernel="rbf", delta="scale", bias=True, a0=1e-6, b0=1e-6, e0=1e-6, f0=1e-6, tol=1e-9,
+    def __init__(self, kernel="rbf", delta="scale", bias=True, a0=1e-6, b0=None, e0=1e-6, f0=None, tol=1e-9,
                  max_sweeps=20000, prune=True, progress_bar=None, schedule="fast"):
         self.kernel = kernel
         self.delta = delta
@@ -267,7 +270,7 @@ class RVC(ClassifierMixin, _RVMBase):
     elbo_, n_iter_ : the fit's ELBO and sweeps (arrays, one per class, with "ovr").
     """
 
-    def __init__(self, kernel="rbf", delta="scale", bias=True, a0=1e-6, b0=1e-6, tol=1e-9, max_sweeps=20000,
+    def __init__(self, kernel="rbf", delta="scale", bias=True, a0=1e-6, b0=None, tol=1e-9, max_sweeps=20000,
                  prune=True, progress_bar=None, schedule="fast", multi_class="multinomial"):
         self.kernel = kernel
         self.delta = delta

@@ -107,6 +107,12 @@ class ClosedFormGuide:
     extras(state, data) -> {name: array} or None
         Model-specific summaries of the fitted state, readable as attributes of the result
         (e.g. the robust RVM's ``result.outlier_score``).
+    unit_offset(data) -> scalar or None
+        The part of the ELBO that depends on the units of the targets, -N ln s for targets
+        measured in units of s (Gaussian likelihoods: s = sqrt(f0 / e0), the scale at which the
+        noise prior's mean is 1; :mod:`ppl_sbl.priors`). The stopping rules compare ELBO changes
+        with |ELBO - unit_offset|, a unit-free size, so that rescaling the data does not change
+        when a fit stops. None: 0 (labels, which have no units).
     fast(*args, tol, max_passes, progress, **kwargs) -> (data, state, fit) or None
         The fast schedule (``CAVI(model, schedule="fast")``, and ``CAVI(model)``'s default
         ``schedule="auto"``, :mod:`ppl_sbl.fast_ard`): the data, the guide's state for the
@@ -133,6 +139,7 @@ class ClosedFormGuide:
     extras: Optional[Summaries] = None
     check_new: Optional[CheckNew] = None
     fast: Optional[FastSchedule] = None
+    unit_offset: Optional[Callable] = None
 
     def __post_init__(self):
         object.__setattr__(self, "_compiled", {})

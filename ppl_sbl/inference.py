@@ -195,6 +195,7 @@ class CAVI:
         chunk = engine.compiled_chunk(g)
         tol = jnp.asarray(self.tol, dtype=jnp.float64)
         prune_after = jnp.asarray(self.prune_after, dtype=jnp.float64)
+        offset = float(engine.unit_offset(g, data))
 
         def sweep(state, data):  # one sweep (the chunk's program, run once): (state, ELBO, state change)
             state, chunk_values, chunk_moves, _ = chunk(state, data, -math.inf, 0, 1, 0, tol, prune_after, False)
@@ -238,12 +239,12 @@ class CAVI:
             updated = state
             value = values[-1]
             step_before = trace[-2] if len(trace) > 1 else -math.inf
-            if i > 1 and bool(engine.converged(value, step_before, moves[-1], self.tol)):
+            if i > 1 and bool(engine.converged(value, step_before, moves[-1], self.tol, offset)):
                 converged = True
                 break
             # prune only once the transient of the first sweeps is over; the pruned state is handed
             # to the next sweep, so the recorded ELBO always belongs to an updated state
-            allow = i > 1 and abs(value - step_before) <= self.prune_after * abs(value)
+            allow = i > 1 and abs(value - step_before) <= self.prune_after * abs(value - offset)
             previous = value
             if do_prune and allow and i - 1 >= wait:
                 before = engine.num_active(state)

@@ -141,8 +141,8 @@ def test_robust_regression_derived_equals_hand_written():
 
 def test_derived_classification_bound_lies_below_monte_carlo():
     Phi, t = _labels(6, N=40, M=4)
-    res = ppl_sbl.CAVI(robust_rvm.classification, guide="derived", tol=1e-10, max_sweeps=300).run(Phi, t, a=1.0,
-                                                                                                   b=1.0)
+    res = ppl_sbl.CAVI(robust_rvm.classification, guide="derived", tol=1e-10, max_sweeps=300).run(Phi, t, a0=1.0,
+                                                                                                   b0=1.0)
     assert res.elbo <= res.elbo_exact
     check = ppl_sbl.check_guide(res, num_particles=4000)
     assert check.passed, check.message

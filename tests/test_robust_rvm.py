@@ -160,7 +160,7 @@ def test_elbo_never_decreases(seed, model, prune):
 
 def test_check_guide_classification_bound_below_quadrature_equal():
     Phi, t, _ = _flipped(0)
-    res = _cavi(robust_rvm.classification, Phi, t, a=1.0, b=1.0)
+    res = _cavi(robust_rvm.classification, Phi, t, a0=1.0, b0=1.0)
     check = ppl_sbl.check_guide(res, num_particles=4000)
     assert check.passed, check.message
     assert res.elbo < res.elbo_exact  # the JJ bound is strictly loose away from xi -> infinity
@@ -170,7 +170,7 @@ def test_check_guide_regression_equals_monte_carlo():
     Phi, t = random_regression(2)
     t = t.copy()
     t[:2] += 6.0
-    res = _cavi(robust_rvm.regression, Phi, t, a=1.0, b=1.0, e0=2.0, f0=1.0)
+    res = _cavi(robust_rvm.regression, Phi, t, a0=1.0, b0=1.0, e0=2.0, f0=1.0)
     check = ppl_sbl.check_guide(res, num_particles=4000)
     assert check.passed, check.message
 
@@ -181,7 +181,7 @@ def test_weights_stay_in_unit_interval_when_c_equals_d(seed):
     r = np.random.default_rng(seed)
     Phi, t, _ = _flipped(seed, N=int(r.integers(20, 80)), M=int(r.integers(3, 10)), share=0.2)
     cd = float(r.uniform(0.05, 20))
-    res = _cavi(robust_rvm.classification, Phi, t, c=cd, d=cd, max_sweeps=300)
+    res = _cavi(robust_rvm.classification, Phi, t, c0=cd, d0=cd, max_sweeps=300)
     score = res.outlier_score
     assert np.all(score >= 0) and np.all(score <= 1), (score.min(), score.max())
     np.testing.assert_allclose(score, robust_rvm.outlier_score(res))
@@ -190,7 +190,7 @@ def test_weights_stay_in_unit_interval_when_c_equals_d(seed):
 def test_weights_exceed_one_when_c_is_larger_than_d():
     """... and only then: with c > d the well-fitted points get E[omega_n] > 1."""
     Phi, t, _ = _flipped(0)
-    res = _cavi(robust_rvm.classification, Phi, t, c=3.0, d=1.0, max_sweeps=300)
+    res = _cavi(robust_rvm.classification, Phi, t, c0=3.0, d0=1.0, max_sweeps=300)
     assert res.outlier_score.max() > 1.0
 
 
@@ -218,7 +218,7 @@ def test_large_equal_c_and_d_give_the_rvm():
     plain = _cavi(rvm.classification, Phi, t, a0=1e-5, b0=1e-5, max_sweeps=150, tol=1e-300, prune=False)
     gaps = []
     for c in (1e4, 1e5, 1e6):
-        robust = _cavi(robust_rvm.classification, Phi, t, c=c, d=c, **opts)
+        robust = _cavi(robust_rvm.classification, Phi, t, c0=c, d0=c, **opts)
         np.testing.assert_allclose(robust.state.w.mean, plain.state.w.mean, rtol=300 / c, atol=1e-12)
         np.testing.assert_allclose(robust.outlier_score, 1.0, atol=30 / c)
         gaps.append(abs(robust.elbo - plain.elbo))
@@ -231,7 +231,7 @@ def test_large_equal_c_and_d_give_the_rvm():
 # ---------------------------------------------------------------------------------------------
 def test_trace_shows_the_bernoulli_site_scaled_by_omega():
     Phi, t, _ = _flipped(0)
-    hyper = dict(a=1.0, b=1.0)  # proper priors: with a = 1e-5 prior draws of alpha underflow to 0
+    hyper = dict(a0=1.0, b0=1.0)  # proper priors: with a = 1e-5 prior draws of alpha underflow to 0
     tr = numpyro.handlers.trace(numpyro.handlers.seed(robust_rvm.classification, 0)).get_trace(Phi, t, **hyper)
     assert tr["t"]["fn"].__class__.__name__.startswith("Bernoulli")
     np.testing.assert_allclose(np.asarray(tr["t"]["scale"]), np.asarray(tr["omega"]["value"]))
@@ -324,8 +324,8 @@ def test_bad_inputs_are_named():
     Phi, t, _ = _flipped(0)
     with pytest.raises(ValueError, match="`t` must hold labels 0 or 1"):
         _cavi(robust_rvm.classification, Phi, 2 * t - 1)
-    with pytest.raises(ValueError, match="`c`"):
-        _cavi(robust_rvm.classification, Phi, t, c=0.0)
+    with pytest.raises(ValueError, match="`c0`"):
+        _cavi(robust_rvm.classification, Phi, t, c0=0.0)
     bad = Phi.copy()
     bad[0, 1] = np.nan
     with pytest.raises(ValueError, match="Phi"):

@@ -109,6 +109,11 @@ def error_rate(res, Phi_new, t_new):
 # p(t_n \mid w) = \sigma(\phi_n^\top w)^{t_n}\,\big(1 - \sigma(\phi_n^\top w)\big)^{1 - t_n}
 # \qquad\text{(eq. (3), (6))}.$$
 #
+# The program's keyword arguments `a0, b0, c0, d0` are the paper's $a, b, c, d$ (the names every
+# model of the library uses). Left unset, the rate `b0` is put on the scale of each column of
+# $\Phi$ ($b_{0k} = a_0 / \overline{\phi_{\cdot k}^2}$, `ppl_sbl.priors`), so that the fit does
+# not depend on the units of the features; below we pass the paper's $a = b = 10^{-5}$ explicitly.
+#
 # In a NumPyro program, raising a likelihood term to a power is what `handlers.scale` does: it
 # multiplies the log-density of every site inside it by the scale, here $\omega_n$ (one per
 # point, inside the data plate). The Bernoulli site itself is the plain logistic likelihood:
@@ -127,7 +132,7 @@ ripley = datasets.ripley()
 X_toy, t_toy = ripley.X_train[::50], ripley.t_train[::50]        # 5 points
 Phi_toy = basis.linear(X_toy)                                     # [1, x1, x2]
 tr = handlers.trace(handlers.seed(robust_rvm.classification, jax.random.PRNGKey(0))).get_trace(
-    Phi_toy, t_toy, a=1.0, b=1.0)
+    Phi_toy, t_toy, a0=1.0, b0=1.0)
 for name, site in tr.items():
     if site["type"] == "sample":
         scale = site["scale"]
@@ -271,7 +276,7 @@ print(f"{len(t_noisy)} training points ({int(t_clean.sum())} of class 1), {len(f
 fits = {}
 for labels, t_fit in (("clean", t_clean), ("flipped", t_noisy)):
     fits["rvm", labels] = cavi(rvm.classification, Phi, t_fit, a0=A, b0=A)
-    fits["robust", labels] = cavi(robust_rvm.classification, Phi, t_fit, a=A, b=A)
+    fits["robust", labels] = cavi(robust_rvm.classification, Phi, t_fit, a0=A, b0=A)
 print(f"{'model':7} {'labels':8} {'test error':>10} {'relevant':>8} {'sweeps':>7} {'seconds':>7}")
 for (model, labels), res in fits.items():
     print(f"{model:7} {labels:8} {error_rate(res, Phi_test, t_test):10.3f} {int(res.relevant.sum()):8d} "
@@ -386,7 +391,7 @@ plt.show()
 # snapshot is exactly the state after that many sweeps) and draw the boundary and the weights.
 
 # %%
-snapshots = {k: cavi(robust_rvm.classification, Phi, t_noisy, a=A, b=A, max_sweeps=k, prune=False)
+snapshots = {k: cavi(robust_rvm.classification, Phi, t_noisy, a0=A, b0=A, max_sweeps=k, prune=False)
              for k in SWEEPS_SHOWN}
 fig, axes = plt.subplots(1, len(SWEEPS_SHOWN) + 1, figsize=(4 * (len(SWEEPS_SHOWN) + 1), 3.8), sharey=True)
 for ax, (k, res) in zip(axes, list(snapshots.items()) + [(robust.num_sweeps, robust)]):
@@ -418,7 +423,7 @@ t_far = t_clean.copy()
 t_far[far] = 1.0
 is_far = np.isin(np.arange(len(t_far)), far)
 lin = {"rvm": cavi(rvm.classification, Phi_lin, t_far, a0=A, b0=A),
-       "robust": cavi(robust_rvm.classification, Phi_lin, t_far, a=A, b=A)}
+       "robust": cavi(robust_rvm.classification, Phi_lin, t_far, a0=A, b0=A)}
 print(f"linear basis, clean labels: RVM test error {error_rate(lin_clean, Phi_lin_test, t_test):.3f}")
 for name, res in lin.items():
     print(f"linear basis, {n_flip} far labels flipped: {name:6} test error {error_rate(res, Phi_lin_test, t_test):.3f}")
@@ -499,7 +504,7 @@ print(f"largest loss any point contributes: {paid.max():.4f} (bound c = r = {R:.
 # %%
 prop2 = {}
 for c_, d_ in ((R, R), (3.0, 1.0), (1.0, 3.0)):
-    res = robust if (c_, d_) == (R, R) else cavi(robust_rvm.classification, Phi, t_noisy, a=A, b=A, c=c_, d=d_)
+    res = robust if (c_, d_) == (R, R) else cavi(robust_rvm.classification, Phi, t_noisy, a0=A, b0=A, c0=c_, d0=d_)
     prop2[c_, d_] = res
     s = res.outlier_score
     print(f"c = {c_:.3f}, d = {d_:.3f} (c/d = {c_ / d_:.3f}): E[omega_n] in [{s.min():.3f}, {s.max():.3f}], "
@@ -527,7 +532,7 @@ plt.show()
 # %%
 designs = [basis.rbf(X, delta=dl, bias=True) for dl in DELTAS]
 grid = ppl_sbl.fit_grid(robust_rvm.classification, designs, t_noisy, names=DELTAS, tol=GRID_TOL,
-                        max_sweeps=GRID_SWEEPS, a=A, b=A)
+                        max_sweeps=GRID_SWEEPS, a0=A, b0=A)
 table = ppl_sbl.compare(grid)
 table["sigma"] = [1.0 / float(name) for name in table.index]
 table["sweeps"] = [grid[name].num_sweeps for name in table.index]
@@ -590,7 +595,7 @@ print(f"robust RVM ELBO (unnormalised model)   : {robust.elbo:9.2f}")
 
 # %%
 Phi_small = basis.rbf(X[:40], X[:40:4], delta=DELTA, bias=True)
-small = cavi(robust_rvm.classification, Phi_small, t_noisy[:40], a=A, b=A)
+small = cavi(robust_rvm.classification, Phi_small, t_noisy[:40], a0=A, b0=A)
 print(small)
 print(f"bound gap: {small.bound_gaps}")
 check = ppl_sbl.check_guide(small, num_particles=N_PARTICLES)
@@ -671,7 +676,7 @@ plt.show()
 # also the one with the lowest test RMSE.
 
 # %%
-nu_fits = {nu: cavi(robust_rvm.regression, Phi_s, t_sinc, c=nu / 2, d=nu / 2) for nu in NUS}
+nu_fits = {nu: cavi(robust_rvm.regression, Phi_s, t_sinc, c0=nu / 2, d0=nu / 2) for nu in NUS}
 print(f"{'nu':>7} {'ELBO':>9} {'test RMSE':>9}")
 for nu, res in nu_fits.items():
     print(f"{nu:7.1f} {res.elbo:9.2f} {rmse(res):9.4f}")

@@ -102,7 +102,7 @@ from .algebra import frozen_optimum, frozen_value, in_model_optimum, in_model_va
 from .factors import GaussianNoise, JaakkolaJordan, MultinomialProbit, RobustGaussianNoise, RobustJaakkolaJordan
 from .results import active_gaussian, alpha_factors
 from .schedule import (ADD, LOG_ALPHA_TOL, MAX_ALIGNMENT, NEWTON, REESTIMATE, UPDATE, FastFit, Moments,
-                       MultiFastFit, NotApplicable, schedule)
+                       MultiFastFit, NotApplicable, schedule, standard_units)
 
 __all__ = [
     "in_model_value",
@@ -113,6 +113,7 @@ __all__ = [
     "FastFit",
     "MultiFastFit",
     "schedule",
+    "standard_units",
     "GaussianNoise",
     "JaakkolaJordan",
     "RobustJaakkolaJordan",

@@ -13,7 +13,7 @@ from .algebra import (check_hyperparameters, frozen_optimum, frozen_value, in_mo
 from .factors import weights_change
 
 __all__ = ["LOG_ALPHA_TOL", "MAX_ALIGNMENT", "ADD", "REESTIMATE", "UPDATE", "NEWTON", "NotApplicable", "Moments",
-           "FastFit", "MultiFastFit", "schedule"]
+           "FastFit", "MultiFastFit", "schedule", "standard_units"]
 
 # a frozen coefficient with s_k below this fraction of h_k is (numerically) in the span of the
 # active columns: S_k = h_k - B_k^T Sigma B_k carries a rounding error of order 1e-16 h_k times the
@@ -365,7 +365,8 @@ class _Schedule:
                        num_moves=moves, num_passes=passes, converged=converged)
 
 
-def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_moves=None, progress=None):
+def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_moves=None, progress=None,
+             target_scale=1.0):
     """The fast variational schedule: from the empty model, the best significant move at a time
     (:meth:`_Schedule.best_move`: adds of the coefficients the data support, re-estimates to the
     maximiser of (1), each gaining more than ``tol |ELBO|``) and, where none is left, a cycle over
@@ -390,7 +391,13 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
         (W, r), ``update(moments)`` (coordinate updates given :class:`Moments`) and
         ``elbo_terms(moments)`` (its part of the ELBO); optionally ``release()`` -> bool (True
         if it held part of itself fixed until now: the fit then goes on).
-    a0, b0 : the Gamma prior of each alpha_k (both > 0, or both 0).
+    a0, b0 : the Gamma prior of each alpha_k (both > 0, or both 0); ``b0`` a scalar or one rate
+        per coefficient (M,) (:mod:`ppl_sbl.priors`). The fit runs in the units in which every
+        prior has rate a0 (prior mean E[alpha_k] = 1): column k multiplied by g_k =
+        sqrt(b0_k / a0), so that w_k = g_k w'_k; see :func:`standard_units`.
+    target_scale : s, where the caller's factor holds the targets divided by s (and the noise
+        prior's rate divided by s^2): the design is divided by s too, and the ELBO of the
+        original targets is the fit's minus N ln s (the density of t = s t').
     tol : the stopping rule's tolerance (above); a move of :meth:`_Schedule.best_move` must gain
         more than ``tol |ELBO|`` nats. With several outputs the fit stops once a pass changes the
         ELBO by at most ``tol`` (relative).
@@ -406,11 +413,63 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
     -------
     FastFit (MultiFastFit for a factor with several outputs).
     """
-    a0, b0 = check_hyperparameters(a0, b0)
+    Phi, a0, b0, gain, offset = standard_units(Phi, a0, b0, target_scale)
     if not (tol > 0):
         raise ValueError(f"`tol` must be > 0; got {tol!r}.")
     if getattr(factor, "num_outputs", None) is not None:
-        return _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress)
+        fit = _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress)
+        if gain is None and offset == 0.0:
+            return fit
+        return fit._replace(fits=tuple(_original_units(f, gain, offset) for f in fit.fits),
+                            elbo_trace=fit.elbo_trace + offset)
+    fit = _schedule(Phi, factor, a0, b0, tol, max_passes, max_moves, progress)
+    return fit if gain is None and offset == 0.0 else _original_units(fit, gain, offset)
+
+
+def standard_units(Phi, a0, b0, target_scale=1.0):
+    """The design in the units the schedule works in, and what maps its fit back.
+
+    With one rate per coefficient, column k is multiplied by g_k = sqrt(b0_k / a0): then w'_k =
+    w_k / g_k has precision alpha'_k = g_k^2 alpha_k ~ Gamma(a0, a0), one scalar prior for all
+    (the same model, reparametrised); with ``target_scale`` s every column is divided by s as
+    well. Returns (Phi', a0, b0', g (M,) or None where b0 is a scalar, the ELBO offset -N ln s).
+    """
+    Phi = np.asarray(Phi)
+    N, M = Phi.shape
+    s = float(target_scale)
+    if not (math.isfinite(s) and s > 0):
+        raise ValueError(f"`target_scale` must be finite and > 0; got {target_scale!r}.")
+    rates = np.asarray(b0, dtype=np.float64)
+    gain = None
+    if rates.ndim == 0:
+        a0, b0 = check_hyperparameters(a0, float(rates))
+    else:
+        if rates.shape != (M,):
+            raise ValueError(f"`b0` must be a scalar or one rate per column of Phi ({M}); got shape {rates.shape}.")
+        a0, _ = check_hyperparameters(a0, float(np.max(rates)))
+        if a0 == 0 or not np.all(np.isfinite(rates)) or np.any(rates <= 0):
+            raise ValueError("`b0` given per coefficient must be finite and > 0, with `a0` > 0.")
+        gain = np.sqrt(rates / a0)
+        b0 = a0
+    if gain is not None or s != 1.0:
+        Phi = Phi * ((1.0 if gain is None else gain) / s)
+    offset = -N * math.log(s) if s != 1.0 else 0.0
+    return Phi, a0, b0, gain, offset
+
+
+def _original_units(fit, gain, offset):
+    """A :class:`FastFit` of :func:`standard_units`' design in the caller's: w_k = g_k w'_k,
+    E[alpha_k] = E[alpha'_k] / g_k^2, and the ELBO plus ``offset``."""
+    trace = fit.elbo_trace + offset
+    if gain is None:
+        return fit._replace(elbo_trace=trace)
+    g = gain[fit.active]
+    return fit._replace(mu=g * fit.mu, Sigma=fit.Sigma * g[:, None] * g[None, :], x=fit.x / gain**2,
+                        frozen_var=fit.frozen_var * gain**2, elbo_trace=trace)
+
+
+def _schedule(Phi, factor, a0, b0, tol, max_passes, max_moves, progress):
+    """:func:`schedule` with one output, in the units of :func:`standard_units`."""
     max_moves = np.inf if max_moves is None else int(max_moves)
     work = _Schedule(Phi, factor, a0, b0)
     work.settle = math.sqrt(tol)

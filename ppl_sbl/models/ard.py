@@ -17,6 +17,7 @@ import numpyro.distributions as dist
 
 from ppl_sbl import expfam
 from ppl_sbl import gaussian as G
+from ppl_sbl.priors import check_rate
 from ppl_sbl.validation import check_matrix, check_positive
 
 __all__ = ["RVMData", "coefficient_groups", "ard_prior", "positive_scalar", "alpha_terms", "update_alpha",
@@ -109,7 +110,7 @@ class RVMData(NamedTuple):
     groups: jax.Array
     group_sizes: jax.Array
     a0: jax.Array
-    b0: jax.Array
+    b0: jax.Array  # () or (G,)
 
     @property
     def Phi(self):
@@ -121,9 +122,11 @@ class RVMData(NamedTuple):
 
 
 def rvm_data(lik, groups, a0, b0):
+    """``b0``: the rate of every precision's prior, a scalar or one per group (G,) (the defaults of
+    :mod:`ppl_sbl.priors`, resolved by the caller)."""
     groups = coefficient_groups(groups, lik.Phi.shape[1])
     sizes = jnp.asarray(np.bincount(groups), dtype=jnp.float64)
-    return RVMData(lik, jnp.asarray(groups), sizes, positive_scalar("a0", a0), positive_scalar("b0", b0))
+    return RVMData(lik, jnp.asarray(groups), sizes, positive_scalar("a0", a0), check_rate("b0", b0, sizes.shape[0]))
 
 
 def start_alpha(data: RVMData, data_precision):

@@ -37,7 +37,8 @@ from ppl_sbl import fast_ard
 from ppl_sbl import gaussian as G
 from ppl_sbl import probit as P
 from ppl_sbl.guide import ClosedFormGuide, closed_form_guide
-from ppl_sbl.validation import check_matrix, check_targets
+from ppl_sbl.priors import check_rate, weight_rate
+from ppl_sbl.validation import check_matrix, check_positive, check_targets
 
 from .ard import check_new_args, positive_scalar
 
@@ -48,7 +49,7 @@ class MulticlassData(NamedTuple):
     """Validated arguments of :func:`multiclass`: Phi (N, M); t (N,) int32 labels; onehot (N, C)
     (its shape carries the number of classes C); gram = Phi^T Phi (M, M), or None (then formed over
     the active slots where needed: the fast schedule's data); col_sq = ||phi_k||^2 (M,); a0, b0
-    the Gamma prior of every alpha_mc."""
+    the Gamma prior of every alpha_mc (b0 () or (M, 1): one rate per basis function)."""
 
     Phi: jax.Array
     t: jax.Array
@@ -132,11 +133,19 @@ def _multiclass_data(Phi, t, a0, b0, num_classes, gram=True):
         gram=jnp.asarray(Phi.T @ Phi) if gram else None,
         col_sq=jnp.asarray(np.einsum("nm,nm->m", Phi, Phi)),
         a0=positive_scalar("a0", a0),
-        b0=positive_scalar("b0", b0),
+        b0=_rate(Phi, a0, b0),
     )
 
 
-def _multiclass_prepare(Phi, t=None, *, a0=1e-6, b0=1e-6, num_classes=None):
+def _rate(Phi, a0, b0):
+    """b0 of every alpha_mc: () as given, or (M, 1), by default a0 / mean_n phi_nm^2 on the scale of
+    each column (:mod:`ppl_sbl.priors`; labels have no units)."""
+    a0 = check_positive("a0", a0)
+    rate = check_rate("b0", weight_rate(Phi, None, a0, b0), Phi.shape[1])
+    return rate if rate.ndim == 0 else rate[:, None]
+
+
+def _multiclass_prepare(Phi, t=None, *, a0=1e-6, b0=None, num_classes=None):
     return _multiclass_data(Phi, t, a0, b0, num_classes)
 
 
@@ -187,9 +196,9 @@ def _expansion_scale(state, data, w, e_y, square):
     offset = state.y_loc - mean
     S = (jnp.sum(square) + 2.0 * jnp.sum(offset * (e_y - state.y_loc)) + jnp.sum(offset * offset)
          + sum(_variance_sum(q, data) for q in w))
-    A = jnp.sum(expfam.gamma_mean(state.alpha_shape, state.alpha_rate))
+    A = jnp.sum(data.b0 * expfam.gamma_mean(state.alpha_shape, state.alpha_rate))  # sum b0_m E[alpha_mc]
     K = N * C - 2.0 * data.a0 * state.alpha_shape.size
-    return (K + jnp.sqrt(K * K + 8.0 * S * data.b0 * A)) / (2.0 * S)
+    return (K + jnp.sqrt(K * K + 8.0 * S * A)) / (2.0 * S)
 
 
 def _multiclass_update(state: MulticlassState, data: MulticlassData) -> MulticlassState:
@@ -326,7 +335,7 @@ def _multiclass_guide(state: MulticlassState):
     means = jnp.stack([q.mean for q in state.w])
     scale_tril = jnp.stack([jnp.linalg.cholesky(G.full_covariance(q)) for q in state.w])
 
-    def guide(Phi, t=None, *, a0=1e-6, b0=1e-6, num_classes=None):
+    def guide(Phi, t=None, *, a0=1e-6, b0=None, num_classes=None):
         if t is None:
             raise ValueError("the multiclass guide needs the labels `t`: q(y_n) lives on the cone of t_n.")
         numpyro.sample("alpha", dist.Gamma(state.alpha_shape, state.alpha_rate).to_event(2))
@@ -349,7 +358,7 @@ def _multiclass_predict(state: MulticlassState, data: MulticlassData, Phi_new):
     return P.class_probabilities(mean, jnp.sqrt(1.0 + var))
 
 
-def _multiclass_fast(Phi, t=None, *, a0=1e-6, b0=1e-6, num_classes=None, tol=1e-9, max_passes=1000,
+def _multiclass_fast(Phi, t=None, *, a0=1e-6, b0=None, num_classes=None, tol=1e-9, max_passes=1000,
                      progress=None):
     """The fast schedule with C outputs (:func:`ppl_sbl.fast_ard.schedule`): given E[y], class c's
     column is a regression on targets E[y_c] with unit noise precision; the per-class moves
@@ -357,7 +366,9 @@ def _multiclass_fast(Phi, t=None, *, a0=1e-6, b0=1e-6, num_classes=None, tol=1e-
     data = _multiclass_data(Phi, t, a0, b0, num_classes, gram=False)
     C = data.onehot.shape[1]
     factor = fast_ard.MultinomialProbit(np.asarray(data.t), C)
-    fit = fast_ard.schedule(np.asarray(data.Phi), factor, a0=float(a0), b0=float(b0), tol=tol,
+    a0 = float(data.a0)
+    b0 = np.asarray(data.b0)
+    fit = fast_ard.schedule(np.asarray(data.Phi), factor, a0=a0, b0=b0 if b0.ndim == 0 else b0[:, 0], tol=tol,
                             max_passes=max_passes, progress=progress)
     w = tuple(fast_ard.active_gaussian(f) for f in fit.fits)
     shapes, rates = zip(*(fast_ard.alpha_factors(f, float(a0)) for f in fit.fits))
@@ -401,7 +412,7 @@ def _argmax_logits(y):
 
 
 @closed_form_guide(MULTICLASS_GUIDE)
-def multiclass(Phi, t=None, *, a0=1e-6, b0=1e-6, num_classes=None):
+def multiclass(Phi, t=None, *, a0=1e-6, b0=None, num_classes=None):
     """Multinomial probit RVM (Girolami & Rogers 2006; the multiclass RVM of Damoulas & Girolami
     2008): for classes c = 0, ..., C-1,
 
@@ -412,7 +423,9 @@ def multiclass(Phi, t=None, *, a0=1e-6, b0=1e-6, num_classes=None):
     ----------
     Phi : (N, M) array, design matrix.
     t : (N,) integer labels in 0, ..., C-1, or None (prior predictive; needs ``num_classes``).
-    a0, b0 : shape and rate of the Gamma prior on each alpha_mc.
+    a0, b0 : shape and rate of the Gamma prior on each alpha_mc. ``b0=None`` (the default): b0_m =
+        a0 / mean_n phi_nm^2, on the scale of each column, so that the fit does not depend on the
+        columns' units (:mod:`ppl_sbl.priors`); a number or M rates are used as given.
     num_classes : int >= 2 or None. C; None reads it from the labels as max(t) + 1. Every class
         must have a training point.
 
@@ -429,7 +442,9 @@ def multiclass(Phi, t=None, *, a0=1e-6, b0=1e-6, num_classes=None):
     """
     N, M = jnp.shape(Phi)
     C = _model_num_classes(t, num_classes)
-    alpha = numpyro.sample("alpha", dist.Gamma(a0, b0).expand([M, C]).to_event(2))
+    rate = weight_rate(Phi, None, a0, b0)
+    rate = rate[:, None] if jnp.ndim(rate) == 1 else rate
+    alpha = numpyro.sample("alpha", dist.Gamma(a0, rate).expand([M, C]).to_event(2))
     w = numpyro.sample("w", dist.Normal(0.0, jax.lax.rsqrt(alpha)).to_event(2))
     labels = None if t is None else jnp.asarray(t).astype(jnp.int32)
     with numpyro.plate("data", N):

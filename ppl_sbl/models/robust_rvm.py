@@ -5,13 +5,18 @@ a point the fit cannot explain gets a small weight and its influence on the boun
 (Proposition 1). Models (plain NumPyro programs; they run unchanged under NUTS, SVI and
 ``Predictive``)::
 
-    classification(Phi, t=None, *, a=1e-5, b=1e-5, c=2 - ln 2, d=2 - ln 2)
-        alpha_k ~ Gamma(a, b),  w_k | alpha_k ~ N(0, 1/alpha_k),  omega_n ~ Gamma(c, d),
+    classification(Phi, t=None, *, a0=1e-5, b0=None, c0=2 - ln 2, d0=2 - ln 2)
+        alpha_k ~ Gamma(a0, b0_k),  w_k | alpha_k ~ N(0, 1/alpha_k),  omega_n ~ Gamma(c0, d0),
         p(t | w, omega) = prod_n Bernoulli(t_n | sigma(phi_n^T w))^omega_n,  t_n in {0, 1}
-    regression(Phi, t=None, *, a=1e-6, b=1e-6, c=2, d=2, e0=1e-6, f0=1e-6)     (beyond the paper)
-        alpha, w as above, gamma ~ Gamma(e0, f0), omega_n ~ Gamma(c, d),
+    regression(Phi, t=None, *, a0=1e-6, b0=None, c0=2, d0=2, e0=1e-6, f0=None)     (beyond the paper)
+        alpha, w as above, gamma ~ Gamma(e0, f0), omega_n ~ Gamma(c0, d0),
         t_n | w, gamma, omega_n ~ N(phi_n^T w, 1 / (gamma omega_n))
-        (with c = d = nu/2, t_n is Student-t with nu degrees of freedom given w and gamma)
+        (with c0 = d0 = nu/2, t_n is Student-t with nu degrees of freedom given w and gamma)
+
+The paper's (a, b, c, d) are the keyword arguments a0, b0, c0, d0 (the names of the other RVM
+models; a, b, c, d still work, with a FutureWarning). The default rates b0 and f0 are on the
+data's scale (:mod:`ppl_sbl.priors`): b0_k = a0 v / mean_n phi_nk^2 and f0 = e0 v, v = var(t) for
+regression and 1 for labels, so that a fit does not depend on the units of t or of the columns.
 
 Gamma is shape/rate. The paper's symbols and the sites:
 
@@ -72,7 +77,8 @@ from ppl_sbl import gaussian as G
 from ppl_sbl import likelihoods as L
 from ppl_sbl.bounds import expected_sigmoid
 from ppl_sbl.guide import ClosedFormGuide, closed_form_guide
-from ppl_sbl.validation import check_design
+from ppl_sbl.priors import noise_rate, weight_rate
+from ppl_sbl.validation import check_design, check_positive
 
 from .ard import (RVMData, alpha_terms, ard_prior, check_new_design, positive_scalar, prior_precision, rvm_data,
                   start_alpha, update_alpha)
@@ -122,13 +128,38 @@ class RobustData(NamedTuple):
         return self.base.lik.t
 
 
-def _prepare(lik_factory, Phi, t, binary, a, b, c, d, e0, f0):
+_RENAMED = {"a": "a0", "b": "b0", "c": "c0", "d": "d0"}
+
+
+def _hyperparameters(hyper, old):
+    """The hyperparameters under their names a0, b0, c0, d0 (``hyper``), with a value given under
+    a deprecated name a, b, c, d (``old``, None where not given) taking its place."""
+    import warnings
+
+    hyper = dict(hyper)
+    for name, value in old.items():
+        if value is not None:
+            new = _RENAMED[name]
+            warnings.warn(f"the robust RVM's `{name}=` is deprecated; use `{new}=` (the names of the other "
+                          "RVM models: a0, b0 the precisions' prior, c0, d0 the weights', e0, f0 the noise's).",
+                          FutureWarning, stacklevel=4)
+            hyper[new] = value
+    return hyper
+
+
+def _prepare(lik_factory, Phi, t, binary, a0, b0, c0, d0, e0, f0):
+    """Validated data; the rates left ``None`` on the data's scale (:mod:`ppl_sbl.priors`):
+    b0_k = a0 v / mean_n phi_nk^2 and f0 = e0 v with v = var(t) (regression) or 1 (labels)."""
     if t is None:
         what = "labels (0 or 1)" if binary else "targets"
         raise ValueError(f"`t` is required to fit the model; pass the observed {what}.")
     Phi, t = check_design(Phi, t, binary=binary)
-    base = rvm_data(lik_factory(Phi, t), None, a, b)
-    return RobustData(base, positive_scalar("c", c), positive_scalar("d", d), positive_scalar("e0", e0), positive_scalar("f0", f0))
+    a0, e0 = check_positive("a0", a0), check_positive("e0", e0)
+    scale = None if binary else t
+    base = rvm_data(lik_factory(Phi, t), None, a0, weight_rate(Phi, scale, a0, b0))
+    f0 = noise_rate(scale, e0, f0)
+    return RobustData(base, positive_scalar("c0", c0), positive_scalar("d0", d0), positive_scalar("e0", e0),
+                      positive_scalar("f0", f0))
 
 
 def _omega_terms(shape, rate, data: RobustData):
@@ -167,8 +198,10 @@ class ClassificationState(NamedTuple):
     xi: jax.Array
 
 
-def _classification_prepare(Phi, t=None, *, a=1e-5, b=1e-5, c=DEFAULT_R, d=DEFAULT_R):
-    return _prepare(L.prepare_bernoulli, Phi, t, True, a, b, c, d, 1.0, 1.0)
+def _classification_prepare(Phi, t=None, *, a0=1e-5, b0=None, c0=DEFAULT_R, d0=DEFAULT_R, a=None, b=None, c=None,
+                            d=None):
+    h = _hyperparameters(dict(a0=a0, b0=b0, c0=c0, d0=d0), dict(a=a, b=b, c=c, d=d))
+    return _prepare(L.prepare_bernoulli, Phi, t, True, h["a0"], h["b0"], h["c0"], h["d0"], 1.0, 1.0)
 
 
 def _classification_init(data: RobustData) -> ClassificationState:
@@ -238,15 +271,17 @@ def _extras(state, data):
     return {"outlier_score": _omega_mean(state)}
 
 
-def _classification_fast(Phi, t=None, *, a=1e-5, b=1e-5, c=DEFAULT_R, d=DEFAULT_R, tol=1e-9, max_passes=1000,
-                         progress=None):
+def _classification_fast(Phi, t=None, *, a0=1e-5, b0=None, c0=DEFAULT_R, d0=DEFAULT_R, a=None, b=None, c=None,
+                         d=None, tol=1e-9, max_passes=1000, progress=None):
     """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`) with the weighted JJ bound, q(omega)
     and xi as the likelihood factor."""
-    data = _classification_prepare(Phi, t, a=a, b=b, c=c, d=d)
-    factor = fast_ard.RobustJaakkolaJordan(np.asarray(data.t), float(c), float(d))
-    fit = fast_ard.schedule(np.asarray(data.Phi), factor, a0=float(a), b0=float(b), tol=tol, max_passes=max_passes,
-                            progress=progress)
-    shape, rate = fast_ard.alpha_factors(fit, float(a))
+    h = _hyperparameters(dict(a0=a0, b0=b0, c0=c0, d0=d0), dict(a=a, b=b, c=c, d=d))
+    data = _prepare(L.prepare_bernoulli, Phi, t, True, h["a0"], h["b0"], h["c0"], h["d0"], 1.0, 1.0)
+    a0 = float(data.base.a0)
+    factor = fast_ard.RobustJaakkolaJordan(np.asarray(data.t), float(data.c), float(data.d))
+    fit = fast_ard.schedule(np.asarray(data.Phi), factor, a0=a0, b0=np.asarray(data.base.b0), tol=tol,
+                            max_passes=max_passes, progress=progress)
+    shape, rate = fast_ard.alpha_factors(fit, a0)
     state = ClassificationState(fast_ard.active_gaussian(fit), shape, rate, jnp.full(len(factor.t), data.c),
                                 jnp.asarray(factor.omega_rate), jnp.asarray(factor.xi))
     return data, state, fit
@@ -284,8 +319,10 @@ class RegressionState(NamedTuple):
     gamma_rate: jax.Array
 
 
-def _regression_prepare(Phi, t=None, *, a=1e-6, b=1e-6, c=2.0, d=2.0, e0=1e-6, f0=1e-6):
-    return _prepare(_Observed, Phi, t, False, a, b, c, d, e0, f0)
+def _regression_prepare(Phi, t=None, *, a0=1e-6, b0=None, c0=2.0, d0=2.0, e0=1e-6, f0=None, a=None, b=None, c=None,
+                        d=None):
+    h = _hyperparameters(dict(a0=a0, b0=b0, c0=c0, d0=d0), dict(a=a, b=b, c=c, d=d))
+    return _prepare(_Observed, Phi, t, False, h["a0"], h["b0"], h["c0"], h["d0"], e0, f0)
 
 
 def _regression_init(data: RobustData) -> RegressionState:
@@ -366,18 +403,27 @@ def _regression_predict(state: RegressionState, data: RobustData, Phi_new):
     return mean, var + e_inv_gamma * e_inv_omega
 
 
-def _regression_fast(Phi, t=None, *, a=1e-6, b=1e-6, c=2.0, d=2.0, e0=1e-6, f0=1e-6, tol=1e-9, max_passes=1000,
-                     progress=None):
+def _regression_fast(Phi, t=None, *, a0=1e-6, b0=None, c0=2.0, d0=2.0, e0=1e-6, f0=None, a=None, b=None, c=None,
+                     d=None, tol=1e-9, max_passes=1000, progress=None):
     """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`) with q(gamma) and q(omega) as the
-    likelihood factor."""
-    data = _regression_prepare(Phi, t, a=a, b=b, c=c, d=d, e0=e0, f0=f0)
-    factor = fast_ard.RobustGaussianNoise(np.asarray(data.t), float(c), float(d), float(e0), float(f0))
-    fit = fast_ard.schedule(np.asarray(data.Phi), factor, a0=float(a), b0=float(b), tol=tol, max_passes=max_passes,
-                            progress=progress)
-    shape, rate = fast_ard.alpha_factors(fit, float(a))
+    likelihood factor, on the targets in units of s = sqrt(f0 / e0) (where the noise prior's mean
+    is 1)."""
+    h = _hyperparameters(dict(a0=a0, b0=b0, c0=c0, d0=d0), dict(a=a, b=b, c=c, d=d))
+    data = _prepare(_Observed, Phi, t, False, h["a0"], h["b0"], h["c0"], h["d0"], e0, f0)
+    a0, e0 = float(data.base.a0), float(data.e0)
+    s = math.sqrt(float(data.f0) / e0)
+    factor = fast_ard.RobustGaussianNoise(np.asarray(data.t) / s, float(data.c), float(data.d), e0, e0)
+    fit = fast_ard.schedule(np.asarray(data.Phi), factor, a0=a0, b0=np.asarray(data.base.b0), tol=tol,
+                            max_passes=max_passes, progress=progress, target_scale=s)
+    shape, rate = fast_ard.alpha_factors(fit, a0)
     state = RegressionState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(factor.omega_shape),
-                            jnp.asarray(factor.omega_rate), jnp.asarray(factor.e), jnp.asarray(factor.f))
+                            jnp.asarray(factor.omega_rate), jnp.asarray(factor.e), jnp.asarray(factor.f * s * s))
     return data, state, fit
+
+
+def _regression_unit_offset(data: RobustData):
+    """-N ln s with s = sqrt(f0 / e0): the ELBO's part that depends on the targets' units."""
+    return -0.5 * data.Phi.shape[0] * jnp.log(data.f0 / data.e0)
 
 
 REGRESSION_GUIDE = ClosedFormGuide(
@@ -393,6 +439,7 @@ REGRESSION_GUIDE = ClosedFormGuide(
     bound="none",
     extras=_extras,
     fast=_regression_fast,
+    unit_offset=_regression_unit_offset,
 )
 
 
@@ -400,42 +447,52 @@ REGRESSION_GUIDE = ClosedFormGuide(
 # NumPyro programs
 # ----------------------------------------------------------------------------------------------
 @closed_form_guide(CLASSIFICATION_GUIDE)
-def classification(Phi, t=None, *, a=1e-5, b=1e-5, c=DEFAULT_R, d=DEFAULT_R):
+def classification(Phi, t=None, *, a0=1e-5, b0=None, c0=DEFAULT_R, d0=DEFAULT_R, a=None, b=None, c=None, d=None):
     """Robust RVM classification (Hwang & Jeong 2015, eq. (3), (6)).
 
     Parameters
     ----------
     Phi : (N, M) design matrix (include a bias column yourself, e.g. ``basis.rbf(..., bias=True)``).
     t : (N,) labels in {0, 1}, or None (labels drawn from the unweighted Bernoulli).
-    a, b : Gamma(shape, rate) prior of each precision alpha_k (paper: 1e-5, non-informative).
-    c, d : Gamma(shape, rate) prior of each point weight omega_n; c = d keeps every E[omega_n]
-        in [0, 1] (Proposition 2), the paper's choice is c = d = 2 - ln 2 (section 3.2).
+    a0, b0 : Gamma(shape, rate) prior of each precision alpha_k (paper: a = b = 1e-5,
+        non-informative). ``b0=None`` (the default): b0_k = a0 / mean_n phi_nk^2, on the scale of
+        each column, so that the fit does not depend on the columns' units (:mod:`ppl_sbl.priors`);
+        a number or M rates are used as given.
+    c0, d0 : Gamma(shape, rate) prior of each point weight omega_n (the paper's c, d); c0 = d0
+        keeps every E[omega_n] in [0, 1] (Proposition 2), the paper's choice is c = d = 2 - ln 2
+        (section 3.2).
+    a, b, c, d : deprecated names of a0, b0, c0, d0.
 
     Sites: ``alpha`` (M,), ``w`` (M,), ``omega`` (N,), ``t`` (N,) (scaled by ``omega``).
     """
+    h = _hyperparameters(dict(a0=a0, b0=b0, c0=c0, d0=d0), dict(a=a, b=b, c=c, d=d))
     N, M = jnp.shape(Phi)
-    _, w = ard_prior(M, a, b, None)
+    _, w = ard_prior(M, h["a0"], weight_rate(Phi, None, h["a0"], h["b0"]), None)
     with numpyro.plate("data", N):
-        omega = numpyro.sample("omega", dist.Gamma(c, d))
+        omega = numpyro.sample("omega", dist.Gamma(h["c0"], h["d0"]))
         with numpyro.handlers.scale(scale=omega):
             numpyro.sample("t", dist.Bernoulli(logits=Phi @ w), obs=t)
 
 
 @closed_form_guide(REGRESSION_GUIDE)
-def regression(Phi, t=None, *, a=1e-6, b=1e-6, c=2.0, d=2.0, e0=1e-6, f0=1e-6):
-    """Robust RVM regression: t_n ~ N(phi_n^T w, 1/(gamma omega_n)), omega_n ~ Gamma(c, d).
+def regression(Phi, t=None, *, a0=1e-6, b0=None, c0=2.0, d0=2.0, e0=1e-6, f0=None, a=None, b=None, c=None, d=None):
+    """Robust RVM regression: t_n ~ N(phi_n^T w, 1/(gamma omega_n)), omega_n ~ Gamma(c0, d0).
 
-    Integrating omega_n out gives Student-t noise (nu = 2c degrees of freedom when c = d), so
+    Integrating omega_n out gives Student-t noise (nu = 2 c0 degrees of freedom when c0 = d0), so
     gross outliers get small E[omega_n] (``result.outlier_score``) instead of pulling the fit.
-    ``a, b`` the precision prior, ``e0, f0`` the noise-precision prior, as for the RVM.
+    ``a0, b0`` the precision prior, ``e0, f0`` the noise-precision prior, as for
+    :func:`ppl_sbl.models.rvm.regression`: by default on the data's scale, b0_k = a0 var(t) /
+    mean_n phi_nk^2 and f0 = e0 var(t), so that the fit does not depend on the units of t or of
+    the columns (:mod:`ppl_sbl.priors`). ``a, b, c, d``: deprecated names of a0, b0, c0, d0.
 
     Sites: ``alpha`` (M,), ``w`` (M,), ``gamma`` (), ``omega`` (N,), ``t`` (N,).
     """
+    h = _hyperparameters(dict(a0=a0, b0=b0, c0=c0, d0=d0), dict(a=a, b=b, c=c, d=d))
     N, M = jnp.shape(Phi)
-    _, w = ard_prior(M, a, b, None)
-    gamma = numpyro.sample("gamma", dist.Gamma(e0, f0))
+    _, w = ard_prior(M, h["a0"], weight_rate(Phi, t, h["a0"], h["b0"]), None)
+    gamma = numpyro.sample("gamma", dist.Gamma(e0, noise_rate(t, e0, f0)))
     with numpyro.plate("data", N):
-        omega = numpyro.sample("omega", dist.Gamma(c, d))
+        omega = numpyro.sample("omega", dist.Gamma(h["c0"], h["d0"]))
         numpyro.sample("t", dist.Normal(Phi @ w, jax.lax.rsqrt(gamma * omega)), obs=t)
 
 

@@ -4,16 +4,19 @@ form for several classes (Girolami & Rogers 2006).
 Models (plain NumPyro programs; they run unchanged under NUTS, SVI and ``Predictive``, but for
 ``multiclass``'s auxiliary y, see below)::
 
-    regression(Phi, t=None, *, a0=1e-6, b0=1e-6, e0=1e-6, f0=1e-6)
-        alpha_k ~ Gamma(a0, b0),  w_k | alpha_k ~ N(0, 1/alpha_k),
+    regression(Phi, t=None, *, a0=1e-6, b0=None, e0=1e-6, f0=None)
+        alpha_k ~ Gamma(a0, b0_k),  w_k | alpha_k ~ N(0, 1/alpha_k),
         gamma ~ Gamma(e0, f0),    t_n | w, gamma ~ N(phi_n^T w, 1/gamma)
-    classification(Phi, t=None, *, a0=1e-6, b0=1e-6)
+    classification(Phi, t=None, *, a0=1e-6, b0=None)
         alpha, w as above,        t_n | w ~ Bernoulli(logits = phi_n^T w),  t_n in {0, 1}
-    multiclass(Phi, t=None, *, a0=1e-6, b0=1e-6, num_classes=None)
+    multiclass(Phi, t=None, *, a0=1e-6, b0=None, num_classes=None)
         alpha_mc ~ Gamma(a0, b0), w_mc | alpha_mc ~ N(0, 1/alpha_mc)   (W is (M, C)),
         y_n | W ~ N(W^T phi_n, I_C),  t_n = argmax_c y_nc,  t_n in {0, ..., C-1}
 
-Gamma is shape/rate. Closed-form guide: q(w) q(alpha) q(gamma) with q(w) = N(mu, Sigma),
+Gamma is shape/rate. The default rates are on the data's scale (:mod:`ppl_sbl.priors`):
+b0_k = a0 var(t) / mean_n phi_nk^2 and f0 = e0 var(t) for regression, b0_k = a0 / mean_n phi_nk^2
+for the classifiers, so that a fit does not depend on the units of t or of the columns of Phi.
+Closed-form guide: q(w) q(alpha) q(gamma) with q(w) = N(mu, Sigma),
 q(alpha_k) = Gamma(a_k, b_k), q(gamma) = Gamma(e, f); for classification the Jaakkola-Jordan
 bound with one xi_n per point. One sweep, in the equation numbers of the grid RVM paper
 (Kropotov et al., the gridRVM for table-structured data) with a single
@@ -36,10 +39,12 @@ The multiclass model is in :mod:`ppl_sbl.models.multiclass` (``rvm.multiclass`` 
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
@@ -48,10 +53,11 @@ from ppl_sbl import gaussian as G
 from ppl_sbl import likelihoods as L
 from ppl_sbl.bounds import expected_sigmoid
 from ppl_sbl.guide import ClosedFormGuide, closed_form_guide
-from ppl_sbl.validation import check_design
+from ppl_sbl.priors import noise_rate, weight_rate
+from ppl_sbl.validation import check_design, check_positive
 
-from .ard import (RVMData, alpha_terms, ard_prior, check_new_args, make_guide, positive_scalar, prior_precision, rvm_data,
-                  start_alpha, update_alpha)
+from .ard import (RVMData, alpha_terms, ard_prior, check_new_args, coefficient_groups, make_guide, positive_scalar,
+                  prior_precision, rvm_data, start_alpha, update_alpha)
 from .multiclass import MULTICLASS_GUIDE, MulticlassData, MulticlassState, multiclass
 
 __all__ = [
@@ -85,10 +91,20 @@ class RegressionState(NamedTuple):
     gamma_rate: jax.Array
 
 
-def _regression_prepare(Phi, t=None, *, a0=1e-6, b0=1e-6, e0=1e-6, f0=1e-6, groups=None):
+def _regression_priors(Phi, t, a0, b0, e0, f0, groups):
+    """Validated (a0, b0, e0, f0), the rates that are ``None`` on the data's scale
+    (:mod:`ppl_sbl.priors`)."""
+    a0, e0 = check_positive("a0", a0), check_positive("e0", e0)
+    g = None if groups is None else coefficient_groups(groups, Phi.shape[1])
+    f0 = check_positive("f0", noise_rate(t, e0, f0))
+    return a0, weight_rate(Phi, t, a0, b0, g), e0, f0
+
+
+def _regression_prepare(Phi, t=None, *, a0=1e-6, b0=None, e0=1e-6, f0=None, groups=None):
     if t is None:
         raise ValueError("`t` is required to fit the model; pass the observed targets.")
     Phi, t = check_design(Phi, t)
+    a0, b0, e0, f0 = _regression_priors(Phi, t, a0, b0, e0, f0, groups)
     return rvm_data(L.prepare_gaussian(Phi, t, positive_scalar("e0", e0), positive_scalar("f0", f0)), groups, a0, b0)
 
 
@@ -144,19 +160,30 @@ def _fast_args(groups):
                                      "`groups` needs schedule='sweep'.")
 
 
-def _regression_fast(Phi, t=None, *, a0=1e-6, b0=1e-6, e0=1e-6, f0=1e-6, groups=None, tol=1e-9, max_passes=1000,
+def _regression_fast(Phi, t=None, *, a0=1e-6, b0=None, e0=1e-6, f0=None, groups=None, tol=1e-9, max_passes=1000,
                      progress=None):
-    """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`) with q(gamma) as the likelihood factor."""
+    """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`) with q(gamma) as the likelihood factor,
+    on the targets in units of s = sqrt(f0 / e0) (where the noise prior's mean is 1)."""
     _fast_args(groups)
     if t is None:
         raise ValueError("`t` is required to fit the model; pass the observed targets.")
     Phi, t = check_design(Phi, t)
-    data = rvm_data(L.prepare_gaussian(Phi, t, positive_scalar("e0", e0), positive_scalar("f0", f0), gram=False), None, a0, b0)
-    noise = fast_ard.GaussianNoise(t, float(e0), float(f0))
-    fit = fast_ard.schedule(Phi, noise, a0=float(a0), b0=float(b0), tol=tol, max_passes=max_passes, progress=progress)
-    shape, rate = fast_ard.alpha_factors(fit, float(a0))
-    state = RegressionState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(noise.e), jnp.asarray(noise.f))
+    a0, b0, e0, f0 = _regression_priors(Phi, t, a0, b0, e0, f0, None)
+    data = rvm_data(L.prepare_gaussian(Phi, t, positive_scalar("e0", e0), positive_scalar("f0", f0), gram=False),
+                    None, a0, b0)
+    s = math.sqrt(f0 / e0)
+    noise = fast_ard.GaussianNoise(t / s, e0, e0)
+    fit = fast_ard.schedule(Phi, noise, a0=a0, b0=np.asarray(data.b0), tol=tol, max_passes=max_passes,
+                            progress=progress, target_scale=s)
+    shape, rate = fast_ard.alpha_factors(fit, a0)
+    state = RegressionState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(noise.e),
+                            jnp.asarray(noise.f * s * s))
     return data, state, fit
+
+
+def _regression_unit_offset(data: RegressionData):
+    """-N ln s with s = sqrt(f0 / e0): the ELBO's part that depends on the targets' units."""
+    return -0.5 * data.Phi.shape[0] * jnp.log(data.lik.f0 / data.lik.e0)
 
 
 REGRESSION_GUIDE = ClosedFormGuide(
@@ -171,6 +198,7 @@ REGRESSION_GUIDE = ClosedFormGuide(
     elbo_exact=None,
     bound="none",
     fast=_regression_fast,
+    unit_offset=_regression_unit_offset,
 )
 
 
@@ -186,10 +214,19 @@ class ClassificationState(NamedTuple):
     xi: jax.Array
 
 
-def _classification_prepare(Phi, t=None, *, a0=1e-6, b0=1e-6, groups=None):
+def _classification_rate(Phi, a0, b0, groups):
+    """Validated (a0, b0), b0 = a0 / m_k where it is ``None`` (:mod:`ppl_sbl.priors`: labels have
+    no units)."""
+    a0 = check_positive("a0", a0)
+    g = None if groups is None else coefficient_groups(groups, Phi.shape[1])
+    return a0, weight_rate(Phi, None, a0, b0, g)
+
+
+def _classification_prepare(Phi, t=None, *, a0=1e-6, b0=None, groups=None):
     if t is None:
         raise ValueError("`t` is required to fit the model; pass the observed labels (0 or 1).")
     Phi, t = check_design(Phi, t, binary=True)
+    a0, b0 = _classification_rate(Phi, a0, b0, groups)
     return rvm_data(L.prepare_bernoulli(Phi, t), groups, a0, b0)
 
 
@@ -236,17 +273,19 @@ def _classification_predict(state: ClassificationState, data: ClassificationData
     return expected_sigmoid(mean, var)
 
 
-def _classification_fast(Phi, t=None, *, a0=1e-6, b0=1e-6, groups=None, tol=1e-9, max_passes=1000, progress=None):
+def _classification_fast(Phi, t=None, *, a0=1e-6, b0=None, groups=None, tol=1e-9, max_passes=1000, progress=None):
     """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`) with the JJ bound's xi as the
     likelihood factor."""
     _fast_args(groups)
     if t is None:
         raise ValueError("`t` is required to fit the model; pass the observed labels (0 or 1).")
     Phi, t = check_design(Phi, t, binary=True)
+    a0, b0 = _classification_rate(Phi, a0, b0, None)
     data = rvm_data(L.prepare_bernoulli(Phi, t), None, a0, b0)
     bound = fast_ard.JaakkolaJordan(t)
-    fit = fast_ard.schedule(Phi, bound, a0=float(a0), b0=float(b0), tol=tol, max_passes=max_passes, progress=progress)
-    shape, rate = fast_ard.alpha_factors(fit, float(a0))
+    fit = fast_ard.schedule(Phi, bound, a0=a0, b0=np.asarray(data.b0), tol=tol, max_passes=max_passes,
+                            progress=progress)
+    shape, rate = fast_ard.alpha_factors(fit, a0)
     state = ClassificationState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(bound.xi))
     return data, state, fit
 
@@ -270,15 +309,19 @@ CLASSIFICATION_GUIDE = ClosedFormGuide(
 # NumPyro programs (the guides above are attached to them)
 # ----------------------------------------------------------------------------------------------
 @closed_form_guide(REGRESSION_GUIDE)
-def regression(Phi, t=None, *, a0=1e-6, b0=1e-6, e0=1e-6, f0=1e-6, groups=None):
+def regression(Phi, t=None, *, a0=1e-6, b0=None, e0=1e-6, f0=None, groups=None):
     """RVM regression: t ~ N(Phi w, 1/gamma), w_k ~ N(0, 1/alpha_k), Gamma(shape, rate) priors.
 
     Parameters
     ----------
     Phi : (N, M) array, design matrix (basis functions evaluated at the inputs).
     t : (N,) array or None, targets (None: prior predictive).
-    a0, b0 : shape and rate of the Gamma prior on each alpha_k.
-    e0, f0 : shape and rate of the Gamma prior on the noise precision gamma.
+    a0, b0 : shape and rate of the Gamma prior on each alpha_k. ``b0=None`` (the default): one
+        rate per coefficient on the data's scale, b0_k = a0 var(t) / mean_n phi_nk^2 (per group,
+        with the group's mean of mean_n phi_nk^2), so that the fit does not depend on the units
+        of t or of the columns (:mod:`ppl_sbl.priors`); a number or an array of G rates is used as given.
+    e0, f0 : shape and rate of the Gamma prior on the noise precision gamma. ``f0=None`` (the
+        default): f0 = e0 var(t), a prior mean E[gamma] = 1 / var(t); a number is used as given.
     groups : (M,) ints or None. Coefficient k has precision alpha[groups[k]]; None (the RVM)
         gives every coefficient its own precision, ``np.zeros(M, int)`` one shared precision
         (Bayesian ridge regression).
@@ -288,21 +331,26 @@ def regression(Phi, t=None, *, a0=1e-6, b0=1e-6, e0=1e-6, f0=1e-6, groups=None):
     Prior predictive draws (``t=None``) need proper, not vague, hyperpriors: with the default
     a0 = b0 = 1e-6 almost every draw of alpha underflows to 0 in float64 (P(alpha < 1e-308) is
     about 0.999), so w and t come out infinite or NaN. Use e.g. a0 = b0 = 1, e0 = 2, f0 = 0.1.
+    Without ``t`` the default rates take var(t) = 1.
     """
     N, M = jnp.shape(Phi)
-    _, w = ard_prior(M, a0, b0, groups)
-    gamma = numpyro.sample("gamma", dist.Gamma(e0, f0))
+    g = None if groups is None else coefficient_groups(groups, M)
+    _, w = ard_prior(M, a0, weight_rate(Phi, t, a0, b0, g), groups)
+    gamma = numpyro.sample("gamma", dist.Gamma(e0, noise_rate(t, e0, f0)))
     with numpyro.plate("data", N):
         numpyro.sample("t", dist.Normal(Phi @ w, jax.lax.rsqrt(gamma)), obs=t)
 
 
 @closed_form_guide(CLASSIFICATION_GUIDE)
-def classification(Phi, t=None, *, a0=1e-6, b0=1e-6, groups=None):
+def classification(Phi, t=None, *, a0=1e-6, b0=None, groups=None):
     """RVM classification: t_n ~ Bernoulli(logits = phi_n^T w), t_n in {0, 1}, ARD prior on w.
 
-    ``groups`` as for :func:`regression`. Sites: ``alpha`` (G,), ``w`` (M,), ``t`` (N,).
+    ``groups`` as for :func:`regression`. ``b0=None`` (the default): b0_k = a0 / mean_n phi_nk^2,
+    on the scale of each column (labels have no units; :mod:`ppl_sbl.priors`).
+    Sites: ``alpha`` (G,), ``w`` (M,), ``t`` (N,).
     """
     N, M = jnp.shape(Phi)
-    _, w = ard_prior(M, a0, b0, groups)
+    g = None if groups is None else coefficient_groups(groups, M)
+    _, w = ard_prior(M, a0, weight_rate(Phi, None, a0, b0, g), groups)
     with numpyro.plate("data", N):
         numpyro.sample("t", dist.Bernoulli(logits=Phi @ w), obs=t)

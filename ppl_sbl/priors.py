@@ -1,0 +1,82 @@
+"""Default hyperpriors on the data's own scale.
+
+A Gamma(a0, b0) prior on a precision is not scale-free: its rate b0 has the units of the
+precision's inverse. With an absolute default rate (b0 = 1e-6 whatever the data), targets in
+small units look like pure noise and columns of large norm look irrelevant: the fit changes with
+the units. The defaults of the RVM-family models therefore state each rate relative to a scale
+read from the data, so that the prior mean of every precision is the precision that scale
+suggests:
+
+    noise precision gamma:      f0 = e0 * v_t                      (E[gamma] = 1 / v_t)
+    weight precision alpha_k:   b0_k = a0 * v_t / m_k              (E[alpha_k] = m_k / v_t)
+    a group g of coefficients:  b0_g = a0 * v_t / mean_{k in g} m_k
+
+with v_t the variance of the targets (1 for labels, which have no units) and m_k = mean_n
+phi_nk^2 the mean square of column k (1 for a column of zeros). A weight of prior scale
+sqrt(v_t / m_k) lets one basis function explain the whole spread of the targets. Rescaling t by r
+and column k by c_k (t -> r t, phi_k -> c_k phi_k) rescales v_t by r^2 and m_k by c_k^2, so the
+prior maps onto itself under w_k -> r w_k / c_k, gamma -> gamma / r^2, alpha_k -> alpha_k c_k^2 /
+r^2: the fit, its relevant set and its predictions (in the new units) are the same, and the
+ELBO changes by the constant -N ln r of the targets' density. The shapes a0, e0 are unitless and
+keep their values; hyperpriors given explicitly are used as given.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["target_spread", "column_spread", "weight_rate", "noise_rate", "check_rate"]
+
+
+def target_spread(t):
+    """v_t: the variance of ``t``, its mean square where ``t`` is constant, 1 where it is all zero
+    or ``None``."""
+    if t is None:
+        return jnp.asarray(1.0)
+    t = jnp.asarray(t, dtype=jnp.float64)
+    spread = jnp.var(t)
+    spread = jnp.where(spread > 0, spread, jnp.mean(t * t))
+    return jnp.where(spread > 0, spread, 1.0)
+
+
+def column_spread(Phi):
+    """m_k = mean_n phi_nk^2 of every column, shape (M,); 1 for a column of zeros."""
+    Phi = jnp.asarray(Phi, dtype=jnp.float64)
+    m = jnp.mean(Phi * Phi, axis=0)
+    return jnp.where(m > 0, m, 1.0)
+
+
+def weight_rate(Phi, t, a0, b0, groups=None):
+    """The rate of the Gamma prior of each precision: ``b0`` where given, else a0 v_t / m_k (one
+    per column; with ``groups`` (M,) ints, a0 v_t / mean_{k in g} m_k per group). ``t=None`` for
+    labels (v_t = 1)."""
+    if b0 is not None:
+        return b0
+    m = column_spread(Phi)
+    if groups is not None:
+        groups = np.asarray(groups)
+        count = np.bincount(groups)
+        m = jax.ops.segment_sum(m, jnp.asarray(groups), num_segments=count.shape[0]) / count
+    return a0 * target_spread(t) / m
+
+
+def noise_rate(t, e0, f0):
+    """The rate of the Gamma prior of the noise precision: ``f0`` where given, else e0 v_t."""
+    return e0 * target_spread(t) if f0 is None else f0
+
+
+def check_rate(name, value, size):
+    """A finite, strictly positive rate: a scalar, or an array of ``size`` entries (one per
+    precision); returned as a float64 array of shape () or (size,)."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"`{name}` must be a positive number or an array of {size} positive numbers; "
+                         f"got {value!r}.") from err
+    if arr.ndim > 1 or (arr.ndim == 1 and arr.shape[0] != size):
+        raise ValueError(f"`{name}` must be a positive number or an array of {size} positive numbers (one per "
+                         f"precision); got shape {arr.shape}.")
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError(f"`{name}` must be finite and > 0; got {value!r}.")
+    return jnp.asarray(arr)
