@@ -124,10 +124,12 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
         precision matches the unit-information prior h_k / N
         (:func:`ppl_sbl.gaussian.start_prior_precision`), h_k the precision the other terms give
         element k at this start and N the number of observations: by least squares in logarithm
-        (minimum norm) for a product of Gamma elements, evenly for a sum. Every other Gamma
+        for a product of Gamma elements (the minimum-norm deviation from their prior log-means, so
+        that a data scale held in one element's prior stays with it), evenly for a sum. Every other Gamma
         element stays at its prior."""
         g_mean, _ = gamma_moments(state)
         log_mean, changed = jnp.log(g_mean), jnp.zeros(total, dtype=bool)
+        prior_log = log_mean  # every element at its prior mean
 
         def counts(index):  # how many rows of an index list (rows, k) hold each Gamma element
             index = jnp.asarray(index).reshape(index.shape[0], -1)
@@ -171,9 +173,10 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
             if own.A.shape[1] == 1:  # one element per row: the mean over the rows holding it
                 total_y = jax.ops.segment_sum(y, own.A[:, 0], num_segments=total + 1)[:total]
                 u = total_y / jnp.maximum(counts(own.A), 1.0)
-            else:  # a product: the minimum-norm least-squares solution
+            else:  # a product: the minimum-norm least-squares solution about the prior log-means
                 design = jnp.sum(jax.nn.one_hot(own.A, total + 1, dtype=jnp.float64), axis=1)[:, :total]
-                u = jnp.linalg.pinv(design) @ y
+                prior_pad = jnp.concatenate([prior_log, jnp.zeros(1)])
+                u = jnp.linalg.pinv(design) @ (y - jnp.sum(prior_pad[own.A], axis=1)) + prior_log
             log_mean = jnp.where(mask, u, log_mean)
             changed = changed | mask
         shape = stack_sites(state.shape, gamma)

@@ -59,6 +59,7 @@ from ppl_sbl import gaussian as G
 from ppl_sbl import likelihoods as L
 from ppl_sbl.bounds import expected_log_sum_gamma, expected_sigmoid, log_sum_bound
 from ppl_sbl.guide import ClosedFormGuide, closed_form_guide
+from ppl_sbl.priors import noise_rate, target_spread
 from ppl_sbl.validation import check_binary, check_matrix, check_positive, check_targets
 
 __all__ = ["regression", "classification", "GridData", "GridRegressionState", "GridClassificationState",
@@ -74,13 +75,21 @@ def site_names(num_axes: int):
     return ("alpha", "beta") if num_axes == 2 else tuple(f"precision_{k}" for k in range(num_axes))
 
 
-def _axis_priors(num_axes, a0, b0, c0, d0, axis_priors):
+def _axis_priors(num_axes, a0, b0, c0, d0, axis_priors, X=None, t=None, kind="p"):
+    """The (shape, rate) of each axis. Rates left ``None`` are on the data's scale
+    (:mod:`ppl_sbl.priors`): with v = var(t) (1 for labels, ``t=None``) and m the mean square of
+    the table's entries, the product rule puts the scale on the rows, b0 = a0 v / m and d0 = c0
+    (E[alpha_i beta_j] = m / v), the sum rule on both, b0 = a0 v / m and d0 = c0 v / m."""
     if axis_priors is None:
         if num_axes != 2:
             raise ValueError(
                 f"`X` has {num_axes} table axes; pass `axis_priors=[(shape, rate)] * {num_axes}` "
                 "(a0, b0, c0, d0 name the priors of two axes only)."
             )
+        if b0 is None or d0 is None:
+            scale = target_spread(t) / jnp.maximum(jnp.mean(jnp.square(jnp.asarray(X, dtype=jnp.float64))), 1e-300)
+            b0 = a0 * scale if b0 is None else b0
+            d0 = (c0 * scale if kind == "s" else c0) if d0 is None else d0
         return ((a0, b0), (c0, d0))
     priors = tuple(tuple(p) for p in axis_priors)
     if len(priors) != num_axes or any(len(p) != 2 for p in priors):
@@ -286,8 +295,8 @@ def _init_axes(data, data_precision):
     give each cell at the likelihood's start: each cell's target is the unit-information prior
     h / N (:func:`ppl_sbl.gaussian.start_prior_precision`); the product rule matches its logarithm
     by least squares, sum_k ln E[x_k] = main effects (one effect per index of each axis) plus the
-    grand mean, shared among the axes as the minimum-norm solution shares it (in proportion to
-    1 / M_k), the sum rule gives every axis an equal share of its geometric mean (derived guides
+    grand mean, whose excess over the sum of the axes' prior log-means ln(a_k / b_k) is shared
+    among the axes as the minimum-norm solution shares it (in proportion to 1 / M_k), the sum rule gives every axis an equal share of its geometric mean (derived guides
     start the same way, :mod:`ppl_sbl.derived`).
     Shapes start at their value after a sweep of the product rule, a0 + (cells per index) / 2, and
     the s-grid's eta at exp(ln E[x]) (so eta = zeta, responsibilities 1/2, as the paper's eta =
@@ -298,12 +307,16 @@ def _init_axes(data, data_precision):
     log_target = jnp.log(G.start_prior_precision(data_precision, data.Phi.shape[0])).reshape(ts)
     grand = jnp.mean(log_target)
     if data.kind == "p":
+        # the grand mean is shared relative to the axes' prior means ln(a_k / b_k): with the data's
+        # scale in one axis's prior (the default rates), rescaling t or X moves that axis alone
+        prior_logs = [jnp.log(a / b) for a, b in zip(data.prior_shapes, data.prior_rates)]
+        excess = grand - sum(prior_logs)
         logs = []
         inverse = sum(1.0 / m for m in ts)
         for k in range(K):
             other = tuple(l for l in range(K) if l != k)
             effect = jnp.mean(log_target, axis=other) - grand
-            logs.append(effect + grand / (ts[k] * inverse))
+            logs.append(effect + excess / (ts[k] * inverse) + prior_logs[k])
     else:
         logs = [jnp.full(m, grand - np.log(K)) for m in ts]
     shapes = tuple(a + 0.5 * (size // m) * jnp.ones(m) for m, a in zip(ts, data.prior_shapes))
@@ -338,12 +351,17 @@ def _flat_new(X_new, data):
 
 
 # regression ---------------------------------------------------------------------------------------
-def _reg_prepare(X, t=None, *, kind="p", a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, e0=1e-6, f0=1e-6, axis_priors=None):
+def _reg_prepare(X, t=None, *, kind="p", a0=1e-6, b0=None, c0=1e-6, d0=None, e0=1e-6, f0=None, axis_priors=None):
     _check_kind(kind)
     _table_shape(np.asarray(X))
-    priors = _axis_priors(len(np.shape(X)) - 1, a0, b0, c0, d0, axis_priors)
+    if t is None:
+        raise ValueError("`t` is required to fit the model; pass the observed targets.")
+    t_checked = check_targets("t", t, np.shape(X)[0], rows_name="X")
+    priors = _axis_priors(len(np.shape(X)) - 1, check_positive("a0", a0), b0, check_positive("c0", c0), d0,
+                          axis_priors, check_matrix("X", np.reshape(X, (np.shape(X)[0], -1))), t_checked, kind)
     Phi, t, shapes, rates, table = _prepare(X, t, kind, priors, binary=False)
-    lik = L.prepare_gaussian(Phi, t, jnp.asarray(check_positive("e0", e0)), jnp.asarray(check_positive("f0", f0)))
+    e0 = check_positive("e0", e0)
+    lik = L.prepare_gaussian(Phi, t, jnp.asarray(e0), jnp.asarray(check_positive("f0", noise_rate(t, e0, f0))))
     return GridData(lik, shapes, rates, table, kind)
 
 
@@ -385,9 +403,15 @@ def _reg_predict(state, data, X_new):
     return mean, var + state.gamma_rate / state.gamma_shape
 
 
+def _reg_unit_offset(data):
+    """-N ln s with s = sqrt(f0 / e0): the ELBO's part that depends on the targets' units."""
+    return -0.5 * data.Phi.shape[0] * jnp.log(data.lik.f0 / data.lik.e0)
+
+
 REGRESSION_GUIDE = ClosedFormGuide(
     prepare=_reg_prepare, init=_reg_init, update=_reg_update, elbo=_reg_elbo, guide=_make_guide(True),
     predict=_reg_predict, check_new=_check_new_args, relevance=_reg_relevance, elbo_exact=None, bound="none",
+    unit_offset=_reg_unit_offset,
 )
 S_REGRESSION_GUIDE = REGRESSION_GUIDE.replace(
     elbo_exact=lambda state, data: _reg_elbo(state, data, exact=True), bound="log-sum",
@@ -396,10 +420,11 @@ S_REGRESSION_GUIDE = REGRESSION_GUIDE.replace(
 
 
 # classification -----------------------------------------------------------------------------------
-def _clf_prepare(X, t=None, *, kind="p", a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, axis_priors=None):
+def _clf_prepare(X, t=None, *, kind="p", a0=1e-6, b0=None, c0=1e-6, d0=None, axis_priors=None):
     _check_kind(kind)
     _table_shape(np.asarray(X))
-    priors = _axis_priors(len(np.shape(X)) - 1, a0, b0, c0, d0, axis_priors)
+    priors = _axis_priors(len(np.shape(X)) - 1, check_positive("a0", a0), b0, check_positive("c0", c0), d0,
+                          axis_priors, check_matrix("X", np.reshape(X, (np.shape(X)[0], -1))), None, kind)
     Phi, t, shapes, rates, table = _prepare(X, t, kind, priors, binary=True)
     return GridData(L.prepare_bernoulli(Phi, t), shapes, rates, table, kind)
 
@@ -473,7 +498,7 @@ def _classification_guide(X, t=None, *, kind="p", **hyper):
 # NumPyro programs (the guides above are attached to them)
 # ----------------------------------------------------------------------------------------------
 @closed_form_guide(_regression_guide)
-def regression(X, t=None, *, kind="p", a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, e0=1e-6, f0=1e-6, axis_priors=None):
+def regression(X, t=None, *, kind="p", a0=1e-6, b0=None, c0=1e-6, d0=None, e0=1e-6, f0=None, axis_priors=None):
     """Grid RVM regression: t ~ N(<X_n, W>, 1/gamma), W_ij ~ N(0, 1/(alpha_i beta_j)) (p) or
     N(0, 1/(alpha_i + beta_j)) (s).
 
@@ -483,26 +508,31 @@ def regression(X, t=None, *, kind="p", a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, e0=1e
         C order: weight k = i * M2 + j).
     t : (N,) targets or None (prior predictive).
     kind : "p" (product of precisions, eq. (1)) or "s" (sum, eq. (4)).
-    a0, b0 / c0, d0 : Gamma(shape, rate) priors of the row precisions alpha / column precisions beta.
-    e0, f0 : Gamma prior of the noise precision gamma.
-    axis_priors : [(shape, rate), ...] one per axis, required for K != 2 axes.
+    a0, b0 / c0, d0 : Gamma(shape, rate) priors of the row precisions alpha / column precisions
+        beta. Rates ``None`` (the default) are on the data's scale, so that the fit does not depend
+        on the units of t or X: with v = var(t) and m the mean square of X's entries, b0 = a0 v / m
+        and d0 = c0 (product rule: E[alpha_i beta_j] = m / v) or d0 = c0 v / m (sum rule)
+        (:mod:`ppl_sbl.priors`); numbers are used as given.
+    e0, f0 : Gamma prior of the noise precision gamma; ``f0=None`` (default): e0 var(t).
+    axis_priors : [(shape, rate), ...] one per axis, required for K != 2 axes (used as given).
 
     Sites: ``alpha`` (M1,), ``beta`` (M2,) (``precision_k`` for K != 2), ``w`` (M1 M2,), ``gamma``, ``t``.
     """
     _check_kind(kind)
     N, shape = _table_shape(X)
-    w = _grid_prior(shape, kind, _axis_priors(len(shape), a0, b0, c0, d0, axis_priors))
-    gamma = numpyro.sample("gamma", dist.Gamma(e0, f0))
+    w = _grid_prior(shape, kind, _axis_priors(len(shape), a0, b0, c0, d0, axis_priors, X, t, kind))
+    gamma = numpyro.sample("gamma", dist.Gamma(e0, noise_rate(t, e0, f0)))
     with numpyro.plate("data", N):
         numpyro.sample("t", dist.Normal(jnp.reshape(X, (N, -1)) @ w, jax.lax.rsqrt(gamma)), obs=t)
 
 
 @closed_form_guide(_classification_guide)
-def classification(X, t=None, *, kind="p", a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, axis_priors=None):
+def classification(X, t=None, *, kind="p", a0=1e-6, b0=None, c0=1e-6, d0=None, axis_priors=None):
     """Grid RVM classification: t_n ~ Bernoulli(logits = <X_n, W>), t_n in {0, 1}; the grid
-    prior of :func:`regression`. Sites: ``alpha``, ``beta`` (or ``precision_k``), ``w``, ``t``."""
+    prior of :func:`regression` (default rates with v = 1: labels have no units). Sites:
+    ``alpha``, ``beta`` (or ``precision_k``), ``w``, ``t``."""
     _check_kind(kind)
     N, shape = _table_shape(X)
-    w = _grid_prior(shape, kind, _axis_priors(len(shape), a0, b0, c0, d0, axis_priors))
+    w = _grid_prior(shape, kind, _axis_priors(len(shape), a0, b0, c0, d0, axis_priors, X, None, kind))
     with numpyro.plate("data", N):
         numpyro.sample("t", dist.Bernoulli(logits=jnp.reshape(X, (N, -1)) @ w), obs=t)
