@@ -168,3 +168,20 @@ def test_robust_rvm_old_hyperparameter_names_warn_and_mean_the_new_ones():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _fit(robust_rvm.regression, *_sinc()[:2], c0=2.0, d0=2.0)
+
+
+@pytest.mark.parametrize("kind", ["p", "s"])
+def test_grid_rvm_defaults_do_not_depend_on_the_units_of_t_or_x(kind):
+    from ppl_sbl.models import grid_rvm
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 4, 3))
+    t = X[:, 0, 1] - X[:, 2, 0] + 0.1 * rng.normal(size=40)
+    X_new = rng.normal(size=(10, 4, 3))
+    ref = _fit(grid_rvm.regression, X, t, schedule="sweep", kind=kind)
+    ref_mean = _mean(ref, X_new)
+    for r in [1e-8, 1e8]:
+        res = _fit(grid_rvm.regression, X, r * t, schedule="sweep", kind=kind)
+        _assert_same_fit(ref, ref_mean, res, _mean(res, X_new) / r, elbo_shift=-len(t) * np.log(r))
+        res = _fit(grid_rvm.regression, r * X, t, schedule="sweep", kind=kind)
+        _assert_same_fit(ref, ref_mean, res, _mean(res, r * X_new))
