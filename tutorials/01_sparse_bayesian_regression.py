@@ -109,9 +109,12 @@ print(inspect.getsource(rvm.regression))
 
 # %% [markdown]
 # Because it is a plain NumPyro program, `Predictive` draws from the **prior predictive**.
-# The default hyperparameters $a_0 = b_0 = e_0 = f_0 = 10^{-6}$ are deliberately vague: a
-# $\mathrm{Gamma}(10^{-6}, 10^{-6})$ puts almost all of its mass below the smallest normal
-# float64, so nearly every draw of $\alpha_k$ underflows to 0, and then prior draws of
+# The default shapes $a_0 = e_0 = 10^{-6}$ are deliberately vague, and the default rates are
+# set on the data's scale, $b_{0k} = a_0\,\mathrm{var}(t) / \overline{\phi_{\cdot k}^2}$ and
+# $f_0 = e_0\,\mathrm{var}(t)$ (`ppl_sbl.priors`): the prior mean of each precision is the one
+# the data's units suggest, so that rescaling $t$ or a column of $\Phi$ rescales the fit and
+# changes nothing else. A Gamma with shape $10^{-6}$ (here $\mathrm{Gamma}(10^{-6}, 10^{-6})$)
+# puts almost all of its mass below the smallest normal float64, so nearly every draw of $\alpha_k$ underflows to 0, and then prior draws of
 # $w \sim \mathcal N(0, 1/\alpha)$ are infinite or NaN (try
 # `Predictive(rvm.regression, num_samples=5)(jax.random.PRNGKey(0), Phi)`). Let us compute that
 # probability, and then look at prior draws under a proper, informative choice
@@ -276,22 +279,23 @@ print(f"ELBO(ARD) - ELBO(ridge) = {gap:.1f} nats = {gap / (M - 1):.2f} nats per 
 
 # %% [markdown]
 # Read the table carefully. The ARD model has $M$ precisions, the ridge model one, and with
-# the vague $\mathrm{Gamma}(10^{-6}, 10^{-6})$ hyperprior every precision that $q$ pins down
+# the vague hyperprior of shape $a_0 = 10^{-6}$ every precision that $q$ pins down
 # costs an **Occam penalty** in the ELBO (the KL divergence from its extremely diffuse prior).
 # The printed gap per extra precision shows the size of that cost. Since the penalty is set by
 # the hyperprior, not by the data, it should shrink when the hyperprior is less vague. Let us
-# measure the gap for a few values of $a_0 = b_0$ (per extra precision, next to $\ln a_0$):
+# measure the gap for a few values of the shape $a_0$ (the rates stay on the data's scale,
+# $b_{0k} = a_0\,\mathrm{var}(t) / \overline{\phi_{\cdot k}^2}$; per extra precision, next to
+# $\ln a_0$):
 
 # %%
 HYPER = (1e-6, 1e-2) if QUICK else (1e-6, 1e-3, 1e-1)
-print(f"{'a0=b0':>8} {'ELBO ARD':>10} {'ELBO ridge':>11} {'gap/(M-1)':>10} {'ln a0':>7} "
+print(f"{'a0':>8} {'ELBO ARD':>10} {'ELBO ridge':>11} {'gap/(M-1)':>10} {'ln a0':>7} "
       f"{'n_rel':>6} {'RMSE ARD':>9} {'RMSE ridge':>10}")
 for h in HYPER:
     if h == 1e-6:   # the defaults: reuse the two fits above
         fits = [res, ridge]
     else:
-        fits = [ppl_sbl.CAVI(rvm.regression, tol=1e-7, schedule="sweep").run(Phi, d.t_train, a0=h, b0=h,
-                                                                              groups=g)
+        fits = [ppl_sbl.CAVI(rvm.regression, tol=1e-7, schedule="sweep").run(Phi, d.t_train, a0=h, groups=g)
                 for g in (None, np.zeros(M, int))]
     rmses = [np.sqrt(np.mean((np.asarray(f.predict(Phi_test)[0]) - d.t_test) ** 2)) for f in fits]
     print(f"{h:8.0e} {fits[0].elbo:10.1f} {fits[1].elbo:11.1f} {(fits[0].elbo - fits[1].elbo) / (M - 1):10.2f} "

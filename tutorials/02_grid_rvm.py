@@ -70,7 +70,7 @@ N_PARTICLES = 500 if QUICK else 4000                  # Monte Carlo particles fo
 TOL = 1e-6 if QUICK else 1e-9                         # CAVI's default tol is 1e-9
 PRUNE = not QUICK                                     # CAVI's default is to prune
 DELTA = 5.55                                          # RBF width parameter of the paper
-A0 = 1e-6                                             # default Gamma(shape, rate) of every prior
+A0 = 1e-6                                             # default Gamma shape of every prior
 pd.set_option("display.width", 120)
 print(f"QUICK={QUICK}: N_SINC={N_SINC}, NOISE_FEATURES={NOISE_FEATURES}, DIGIT_SIZES={DIGIT_SIZES}, "
       f"TOL={TOL}, PRUNE={PRUNE}")
@@ -497,25 +497,26 @@ print(f"highest ELBO: {table.index[0]}; lowest test RMSE: {table.test_rmse.idxmi
 # factor of every model, and the rest of the ELBO (data fit and weight terms):
 
 # %%
-def gamma_kl(a, b, a0=A0, b0=A0):
+def gamma_kl(a, b, a0, b0):
     """KL(Gamma(a, b) || Gamma(a0, b0)), shape/rate, elementwise."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
+    a, b, a0, b0 = (np.asarray(x, float) for x in (a, b, a0, b0))
     return ((a - a0) * digamma(a) - gammaln(a) + gammaln(a0) + a0 * (np.log(b) - np.log(b0))
             + a * (b0 - b) / b)
 
 
 def precision_factors(res):
-    """(shape, rate) arrays of every precision factor of a fit: one for the RVM, one per axis for the grid."""
-    state = res.state
+    """(shape, rate, prior shape, prior rate) of every precision factor of a fit: one for the RVM,
+    one per axis for the grid (the default prior rates are on the data's scale: ``ppl_sbl.priors``)."""
+    state, data = res.state, res.data
     if hasattr(state, "alpha_shape"):
-        return [(state.alpha_shape, state.alpha_rate)]
-    return list(zip(state.shapes, state.rates))
+        return [(state.alpha_shape, state.alpha_rate, data.a0, data.b0)]
+    return list(zip(state.shapes, state.rates, data.prior_shapes, data.prior_rates))
 
 
 print(f"ln Gamma(a0) = {gammaln(A0):.2f}, ln(1/a0) = {np.log(1 / A0):.2f}")
 occam = {}
 for name, res in big["fits"].items():
-    kls = np.concatenate([gamma_kl(a, b) for a, b in precision_factors(res)])
+    kls = np.concatenate([gamma_kl(a, b, a0, b0) for a, b, a0, b0 in precision_factors(res)])
     paid = int(np.sum(kls > 1.0))
     occam[name] = kls.sum()
     print(f"{name:7}: {len(kls):4d} precisions, {paid:4d} of them cost > 1 nat; total KL {kls.sum():8.1f} nats "
