@@ -406,7 +406,8 @@ def classification(Phi, t=None, *, a=1e-5, b=1e-5, c=DEFAULT_R, d=DEFAULT_R):
     Parameters
     ----------
     Phi : (N, M) design matrix (include a bias column yourself, e.g. ``basis.rbf(..., bias=True)``).
-    t : (N,) labels in {0, 1}, or None (labels drawn from the unweighted Bernoulli).
+    t : (N,) labels in {0, 1}, or None (labels drawn from the unweighted Bernoulli). Numbers
+        only: strings are refused, also "0" and "1"; :class:`ppl_sbl.RVC` takes any labels.
     a, b : Gamma(shape, rate) prior of each precision alpha_k (paper: 1e-5, non-informative).
     c, d : Gamma(shape, rate) prior of each point weight omega_n; c = d keeps every E[omega_n]
         in [0, 1] (Proposition 2), the paper's choice is c = d = 2 - ln 2 (section 3.2).
