@@ -24,8 +24,11 @@ def compare(results: dict, *, sort: bool = True) -> pd.DataFrame:
 
     Columns: rank, elbo, elbo_exact (NaN where the ELBO uses no local bound), d_elbo (difference
     to the best), weight (proportional to exp(elbo), i.e. the approximate posterior model
-    probability under equal prior odds), n_relevant (the result's ``relevant`` mask), n_effective
-    (the number of well-determined parameters, sum_k 1 - E[alpha_k] Var[w_k]), converged, bound.
+    probability under equal prior odds), n_relevant (the number of basis functions in the
+    result's ``relevant`` mask, judged per precision group: a fit with one shared precision
+    counts every basis function it keeps when the data support that precision, see
+    :attr:`ppl_sbl.CAVIResult.relevant`; -1 where the result has no mask), n_effective (the
+    number of well-determined parameters, sum_k 1 - E[alpha_k] Var[w_k]), converged, bound.
     """
     if not results:
         raise ValueError("`results` is empty; pass a dict {name: fitted result}.")
@@ -67,8 +70,9 @@ def plot_elbo_trace(result, ax=None, **kwargs):
 def plot_relevance(result, ax=None, **kwargs):
     """Prior over data precision E[alpha_k] / h_k per basis function (log scale).
 
-    Below 1 (dashed line) the data determine w_k more than the prior: the relevant ones. For a
-    grid model (one precision per index of each table axis) this draws
+    Below 1 (dashed line) the data determine w_k more than the prior: the relevant ones (points
+    coloured by the result's ``relevant``; for coefficients that share one precision it judges
+    the group as a whole, so relevant points can lie above the line). For a grid model (one precision per index of each table axis) this draws
     :func:`plot_grid_relevance` instead (``ax`` is then a sequence of axes, one per panel).
     """
     import matplotlib.pyplot as plt

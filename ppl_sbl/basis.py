@@ -10,14 +10,14 @@ from typing import Any
 
 import numpy as np
 
-from .validation import check_matrix, check_positive
+from .validation import check_matrix, check_numeric, check_positive
 
 __all__ = ["rbf", "rbf_table", "linear", "add_bias", "Dictionary", "DenseDictionary", "SparseDictionary",
            "KroneckerDictionary", "StackedDictionary", "as_dictionary", "haar_2d", "gaussian_rbf_2d"]
 
 
 def _inputs(name, X):
-    X = np.asarray(X, dtype=np.float64)
+    X = check_numeric(name, X)
     if X.ndim == 1:
         X = X[:, None]
     return check_matrix(name, X)
@@ -157,7 +157,7 @@ class DenseDictionary(_MatrixDictionary):
     """A dense (P, M) array as a dictionary."""
 
     def __init__(self, D):
-        self.D = check_matrix("D", np.asarray(D, dtype=np.float64))
+        self.D = check_matrix("D", D)
         self.shape = self.D.shape
 
     def columns(self, idx):
@@ -214,8 +214,8 @@ class KroneckerDictionary(Dictionary):
     O(H W (K + L)) instead of O(H W K L): D x = A X B^T and D^T v = A^T V B with X, V reshaped."""
 
     def __init__(self, A, B):
-        self.A = check_matrix("A", np.asarray(A, dtype=np.float64))
-        self.B = check_matrix("B", np.asarray(B, dtype=np.float64))
+        self.A = check_matrix("A", A)
+        self.B = check_matrix("B", B)
         self.shape = (self.A.shape[0] * self.B.shape[0], self.A.shape[1] * self.B.shape[1])
 
     def matvec(self, x):

@@ -113,7 +113,9 @@ def compare_command(args):
         print(table.to_string())
     print("note: each ELBO includes the Occam factor of its Gamma(1e-6, 1e-6) hyperpriors; every extra "
           "precision costs roughly ln(1/a0) = 13.8 nats, which is why one shared precision can win on "
-          "ELBO while ARD keeps fewer basis functions (n_relevant, n_effective).")
+          "ELBO while ARD keeps fewer basis functions (n_relevant, n_effective). n_relevant counts the basis "
+          "functions whose precision the data support, judged per precision: the shared precision's fit counts "
+          "all the functions it keeps, or none.")
     print("note: 'sweeps/moves' counts the sweeps of a fit with schedule 'sweep' (every coefficient updated at every "
           "sweep) and the moves of one with schedule 'fast' (the fast variational schedule, CAVI's default for the "
           "ARD models: one coefficient added or re-estimated per move, from the empty model).")

@@ -47,6 +47,19 @@ def num_active(state):
     return max((gaussian.num_active(getattr(state, f)) for f in fields), default=0)
 
 
+def active_mask(state):
+    """(M,) mask of the coefficients the state's (first) ActiveGaussian keeps in its linear
+    algebra (not pruned); None for a state with no prunable factor."""
+    fields = active_fields(state)
+    if not fields:
+        return None
+    q = getattr(state, fields[0])
+    index, m = np.asarray(q.index), q.mean.shape[0]
+    mask = np.zeros(m, dtype=bool)
+    mask[index[index < m]] = True
+    return mask
+
+
 def compact_state(state, size):
     fields = active_fields(state)
     return state._replace(**{f: gaussian.compact(getattr(state, f), size) for f in fields})

@@ -41,8 +41,8 @@ MULTI_CLASS = ("multinomial", "ovr")
 
 def _sample_weights(sample_weight, n):
     """``sample_weight`` as n finite non-negative floats (a number: the same weight for all)."""
-    v = np.asarray(sample_weight, dtype=np.float64)
-    v = check_targets("sample_weight", np.full(n, float(v)) if v.ndim == 0 else v, n, rows_name="X")
+    v = np.asarray(sample_weight)
+    v = check_targets("sample_weight", np.full(n, v) if v.ndim == 0 else v, n, rows_name="X")
     if np.any(v < 0):
         raise ValueError("Negative values in data passed to `sample_weight`; weights must be >= 0.")
     return v
@@ -247,6 +247,13 @@ class RVR(RegressorMixin, _RVMBase):
 
 class RVC(ClassifierMixin, _RVMBase):
     """Relevance vector classification, any labels.
+
+    Labels follow scikit-learn's convention (as ``LogisticRegression``): any values ``np.unique``
+    can sort (numbers, strings, booleans) become ``classes_ = np.unique(y)``; the models are
+    fitted to their indices in ``classes_`` (0/1, or 0, ..., C-1), and ``predict`` returns labels
+    from ``classes_``. String labels are labels, never numbers: ["1", "0"] are the classes "0"
+    and "1". (The NumPyro models themselves, ``rvm.classification`` and ``rvm.multiclass``, take
+    numeric labels only and refuse strings.)
 
     Two classes: the variational RVM with the Jaakkola-Jordan bound (``rvm.classification``),
     ``classes_[1]`` the positive class. Three or more: ``multi_class="multinomial"`` (default)

@@ -93,7 +93,10 @@ class ClosedFormGuide:
         must then be a pure JAX function of already checked arguments; without it ``predict``
         runs as it is, op by op, and checks its own arguments.
     relevance(state, data) -> (prior_precision, data_precision)
-        Per-coefficient precisions (M,) used by the relevance rule and by pruning.
+        Per-coefficient precisions (M,) used by the relevance rule and by pruning. Where
+        ``data`` has a ``groups`` attribute ((M,) integer labels of the coefficients that share
+        one prior precision, e.g. :class:`ppl_sbl.models.ard.RVMData`), the result's
+        ``relevant`` judges each group as a whole (:attr:`ppl_sbl.CAVIResult.relevant`).
     elbo_exact(state, data) -> scalar or None
         The true ELBO of q where ``elbo`` uses a local bound (by quadrature).
     bound : str

@@ -489,18 +489,46 @@ class CAVIResult(ResultMethods, Saveable):
     def relevant(self) -> np.ndarray:
         """Mask of relevant basis functions.
 
-        Rule (scale-free): coefficient k is relevant when its prior precision E[alpha_k] is
-        smaller than the precision the data alone give it, h_k (E[gamma] ||phi_k||^2 for
-        Gaussian noise, 2 sum_n lambda(xi_n) phi_nk^2 with the JJ bound), i.e. when the data say
-        more about w_k than the prior does. Rescaling a column of Phi or the targets leaves the
-        mask unchanged. Pruned coefficients are never relevant.
+        Relevance is judged per precision group (coefficients sharing one prior precision; each
+        coefficient is its own group in the ARD models, all of them one group for the RVMs'
+        ``groups=np.zeros(M, int)``, Bayesian ridge), with P_k the prior precision E[alpha] of
+        coefficient k and c_k the precision the data give it given the other coefficients
+        (1/Sigma_kk - P_k; for a pruned coefficient h_k itself: E[gamma] ||phi_k||^2 for Gaussian
+        noise, 2 sum_n lambda(xi_n) phi_nk^2 with the JJ bound), and r = ``relevance_ratio``:
+
+        * a group of one coefficient is relevant when P_k / c_k < r (``precision_ratio``): the
+          data say more about w_k than the prior does (r = 1);
+        * a group g of several is relevant when the data determine more than 1 / (1 + r) of a
+          parameter in it: sum_{k in g} c_k / (P_k + c_k) > 1 / (1 + r), the group's share of
+          ``effective_parameters`` (MacKay's gamma_g = sum_{k in g} (1 - P_k Sigma_kk)). For one
+          coefficient this is the same rule: c_k / (P_k + c_k) > 1 / (1 + r) iff P_k / c_k < r.
+
+        A coefficient is relevant when its group is and the fit keeps it (pruned coefficients are
+        never relevant), so a ridge fit whose one precision the data support reports every
+        coefficient it keeps as relevant. Scale-free: rescaling a column of Phi or the targets
+        leaves the mask unchanged. The groups are read from the fit's data (``data.groups``,
+        :class:`ppl_sbl.models.ard.RVMData`); without them every coefficient is its own group.
 
         The fast schedule's results: the coefficients in the model that the data support
         (q_k^2 > s_k, :mod:`ppl_sbl.fast_ard`).
         """
         if self.relevant_mask is not None:
             return np.asarray(self.relevant_mask)
-        return self.precision_ratio < self.relevance_ratio
+        prior, cond = (np.asarray(a) for a in engine.compiled_relevance(self.guide_spec)(self.state, self.data))
+        ratio = prior / np.maximum(cond, 1e-300)
+        r = self.relevance_ratio
+        groups = getattr(self.data, "groups", None)
+        if groups is None:
+            relevant = ratio < r
+        else:
+            groups = np.asarray(groups)
+            sizes = np.bincount(groups)
+            share = cond / np.maximum(prior + cond, 1e-300)  # c_k / (P_k + c_k) = 1 - P_k Sigma_kk
+            group_relevant = np.bincount(groups, weights=share, minlength=sizes.shape[0]) > 1.0 / (1.0 + r)
+            # a group of one: the ratio itself (the same rule, without rounding 1 / (1 + ratio))
+            relevant = np.where(sizes[groups] == 1, ratio < r, group_relevant[groups])
+        kept = engine.active_mask(self.state)
+        return relevant if kept is None else relevant & kept
 
     @property
     def num_active(self) -> int:
@@ -510,7 +538,7 @@ class CAVIResult(ResultMethods, Saveable):
 
     @property
     def relevance_indices(self) -> np.ndarray:
-        """The indices of the relevant basis functions (``relevant``), ascending."""
+        """The indices of the relevant basis functions (``relevant``, judged per precision group), ascending."""
         return np.flatnonzero(self.relevant)
 
     @property

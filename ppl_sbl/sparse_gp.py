@@ -377,10 +377,10 @@ def fit(X, Y, *, kernel="rbf_ard", num_inducing=20, Z=None, noise_var=None, opti
     """Sparse GP regression by maximising the collapsed bound (3.26) over the kernel's parameters,
     the noise variance and (``optimize_inducing``) the inducing inputs, from ``num_inducing``
     rows of X chosen at random (or ``Z``)."""
-    from .validation import check_matrix
+    from .validation import check_matrix, check_numeric
 
     X = check_matrix("X", X)
-    Y = np.asarray(Y, dtype=np.float64)
+    Y = check_numeric("Y", Y)
     Y = check_matrix("Y", Y[:, None] if Y.ndim == 1 else Y)
     if len(Y) != len(X):
         raise ValueError(f"`Y` has {len(Y)} rows but `X` has {len(X)}; pass one output row per input row.")

@@ -75,6 +75,25 @@ def test_multiclass_probabilities_sum_to_one_and_classes_keep_their_labels(iris,
     assert 0 < clf.n_relevance_vectors_ == len(clf.relevance_) <= 75
 
 
+def test_rvc_takes_string_labels_as_labels_where_the_models_refuse_them():
+    """Labels that read as numbers are still labels (scikit-learn's convention): RVC on "0"/"1"
+    maps them through ``classes_`` and fits what it fits on the integer codes 0/1, while the
+    model itself refuses the strings."""
+    from ppl_sbl.models import rvm
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 2))
+    codes = (X[:, 0] + 0.5 * rng.normal(size=40) > 0).astype(int)
+    text = np.array(["0", "1"])[codes]
+    by_text, by_code = RVC(delta=0.5).fit(X, text), RVC(delta=0.5).fit(X, codes)
+    np.testing.assert_array_equal(by_text.classes_, ["0", "1"])
+    assert by_text.classes_.dtype.kind == "U"
+    np.testing.assert_array_equal(by_text.predict_proba(X), by_code.predict_proba(X))
+    np.testing.assert_array_equal(by_text.predict(X), by_text.classes_[by_code.predict(X)])
+    with pytest.raises(ValueError, match=r"got dtype <U1 \(strings\).*ppl_sbl\.RVC"):
+        ppl_sbl.CAVI(rvm.classification).run(by_text._design(X), text)
+
+
 def _fitted():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 3))

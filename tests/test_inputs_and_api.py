@@ -42,6 +42,71 @@ def test_bad_input_raises_a_value_error_naming_the_argument(model, args, kwargs,
         _fit(model, *args, **kwargs)
 
 
+_TEXT = r"Convert it with np\.asarray\({}, dtype=float\) if its entries are numbers written as text"
+_LABELS = r"Map the labels to numbers yourself.*or use ppl_sbl\.RVC, which takes any labels"
+
+
+@pytest.mark.parametrize(
+    "model,args,kwargs,match",
+    [
+        # strings, even ones that read as numbers, are refused with the dtype and the conversion
+        (rvm.regression, (np.eye(2), np.array(["1", "0.5"])), {},
+         r"`t` must be a numeric array; got dtype <U3 \(strings\)\. " + _TEXT.format("t")),
+        (rvm.regression, (np.array([["1", "0"], ["0", "1"]]), np.ones(2)), {},
+         r"`Phi` must be a numeric array; got dtype <U1 \(strings\)\. " + _TEXT.format("Phi")),
+        (rvm.regression, (np.eye(2), np.array([1.0, "2"], dtype=object)), {},
+         r"`t` must be a numeric array; got dtype object holding strings \(e\.g\. '2'\)"),
+        (rvm.regression, (np.eye(2), np.array(["2020-01-01", "2020-01-02"], dtype="datetime64[D]")), {},
+         r"`t` must be a numeric array; got dtype datetime64\[D\] \(dates and times\)\. Convert it to numbers"),
+        (rvm.regression, (np.eye(2), np.array([1, 2], dtype="timedelta64[s]")), {},
+         r"`t` must be a numeric array; got dtype timedelta64\[s\] \(time differences\)"),
+        (rvm.regression, (np.eye(2) * (1 + 1j), np.ones(2)), {},
+         r"`Phi` must be a numeric array; got dtype complex128 \(complex numbers\)\. Pass np\.real\(Phi\)"),
+        (rvm.regression, (np.eye(2), np.array([{}, 1.0], dtype=object)), {},
+         r"`t` must be a numeric array; got dtype object holding non-numeric entries \(e\.g\. \{\}\)"),
+        (rvm.regression, ([[1.0, 2.0], [3.0]], np.ones(2)), {}, r"`Phi` must be a numeric array; got a list that NumPy"),
+        # the models' labels are numbers: string labels name the dtype and point to RVC
+        (rvm.classification, (np.eye(3), np.array(["1", "0", "1"])), {},
+         r"`t` must be a numeric array; got dtype <U1 \(strings\)\. " + _LABELS),
+        (rvm.classification, (np.eye(3), np.array(["1", "0", "1"], dtype=object)), {},
+         r"`t` must be a numeric array; got dtype object holding strings \(e\.g\. '1'\)\. " + _LABELS),
+        (rvm.multiclass, (np.eye(3), np.array(["0", "1", "2"])), {},
+         r"`t` must be a numeric array; got dtype <U1 \(strings\)\. The model takes integer class labels.*"
+         r"np\.unique\(labels, return_inverse=True\)\[1\], or use ppl_sbl\.RVC"),
+        (rvm.multiclass, (np.eye(3), np.array(["0", "1", "2"], dtype=object)), {},
+         r"`t` must be a numeric array; got dtype object holding strings.*ppl_sbl\.RVC"),
+    ],
+)
+def test_non_numeric_input_names_the_dtype_and_the_fix(model, args, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        _fit(model, *args, **kwargs)
+
+
+def test_arrays_outside_the_rvms_name_the_dtype_too():
+    from ppl_sbl import basis, sparse_gp
+    from ppl_sbl.models import grid_rvm
+
+    text = np.full((3, 2, 2), "1")
+    with pytest.raises(ValueError, match=r"`X` must be a numeric array; got dtype <U1 \(strings\)"):
+        _fit(grid_rvm.regression, text, np.ones(3))
+    with pytest.raises(ValueError, match=r"`X` must be a numeric array; got dtype <U1 \(strings\)"):
+        basis.rbf(text[:, :, 0])
+    with pytest.raises(ValueError, match=r"`D` must be a numeric array; got dtype <U1 \(strings\)"):
+        basis.DenseDictionary(text[:, :, 0])
+    with pytest.raises(ValueError, match=r"`Y` must be a numeric array; got dtype <U1 \(strings\)"):
+        sparse_gp.fit(np.ones((3, 1)), text[:, 0, 0])
+
+
+def test_robust_classification_refuses_string_labels_and_booleans_are_labels():
+    from ppl_sbl.models import robust_rvm
+    from ppl_sbl.validation import check_binary
+
+    with pytest.raises(ValueError, match=r"`t` must be a numeric array; got dtype <U1 \(strings\)\. " + _LABELS):
+        _fit(robust_rvm.classification, np.eye(3), np.array(["1", "0", "1"]))
+    # booleans are numbers: False, True are the labels 0, 1
+    np.testing.assert_array_equal(check_binary("t", np.array([True, False, True]), 3), [1.0, 0.0, 1.0])
+
+
 def test_estimator_bad_input():
     X = np.random.default_rng(0).standard_normal((10, 2))
     with pytest.raises(ValueError, match="holds only one class"):
@@ -58,6 +123,8 @@ def test_estimator_bad_input():
         ppl_sbl.RVR(progress_bar=False, max_sweeps=20).fit(X, X[:, 0]).predict(np.ones((2, 3)))
     with pytest.raises(ValueError, match="`delta`"):
         ppl_sbl.basis.rbf(X, delta=-1.0)
+    with pytest.raises(ValueError, match=r"`sample_weight` must be a numeric array; got dtype <U1 \(strings\)"):
+        ppl_sbl.SuperSparseRegressor().fit(X, X[:, 0], sample_weight=np.array(["1"] * 10))
     with pytest.raises(ValueError, match="`tol`"):
         ppl_sbl.CAVI(rvm.regression, tol=0.0)
     from ppl_sbl.models import gplvm
@@ -145,9 +212,38 @@ def test_relevance_rule_is_scale_free():
     base = _fit(rvm.regression, Phi, t, b0=1e-4)
     scaled = _fit(rvm.regression, Phi * c, t, b0=1e-4 / c**2)
     assert 0 < base.relevant.sum() < 10
+    np.testing.assert_array_equal(base.relevant, base.precision_ratio < 1)  # ARD: one coefficient per group
     np.testing.assert_array_equal(base.relevant, scaled.relevant)
     np.testing.assert_allclose(base.precision_ratio, scaled.precision_ratio, rtol=1e-5)
     np.testing.assert_allclose(base.predict(Phi)[0], scaled.predict(Phi * c)[0], rtol=1e-6, atol=1e-8)
+
+
+def test_relevance_is_judged_per_precision_group():
+    """Four near-copies of the one informative input share a precision, three pure-noise inputs
+    another, a constant column has its own. The data determine about one parameter through the
+    copies, yet no single copy given the others (each ratio P_k / c_k > 1): the group is relevant
+    and so are all four coefficients. The expected verdicts come from q(w)'s covariance itself:
+    group g is relevant when sum_{k in g} (1 - E[alpha_g] Sigma_kk) > 1/2, a group of one when
+    P_k / c_k < 1."""
+    from ppl_sbl import gaussian
+
+    r = np.random.default_rng(0)
+    x = r.standard_normal(40)
+    Phi = np.column_stack([x[:, None] + 0.01 * r.standard_normal((40, 4)), r.standard_normal((40, 3)), np.ones(40)])
+    t = 2.0 * x + 0.3 * r.standard_normal(40)
+    groups = np.array([0, 0, 0, 0, 1, 1, 1, 2])
+    res = _fit(rvm.regression, Phi, t, groups=groups)
+    e_alpha = np.asarray(res.state.alpha_shape / res.state.alpha_rate)
+    gamma = 1.0 - e_alpha[groups] * np.diag(np.asarray(gaussian.full_covariance(res.state.w)))
+    per_group = np.bincount(groups, weights=gamma)
+    expected = per_group[groups] > 0.5
+    expected[7] = res.precision_ratio[7] < 1
+    np.testing.assert_array_equal(res.relevant, expected)
+    assert np.all(res.precision_ratio[:4] > 1)  # the per-coefficient rule would keep none of the copies
+    np.testing.assert_array_equal(res.relevant, [True] * 4 + [False] * 4)
+    np.testing.assert_array_equal(res.relevance_indices, [0, 1, 2, 3])
+    assert ppl_sbl.compare({"groups": res}).loc["groups", "n_relevant"] == 4
+    assert res.effective_parameters == pytest.approx(gamma.sum(), rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,6 +253,10 @@ def test_compare_table_ranks_by_elbo_and_weights_sum_to_one():
     Phi, t = random_regression(1, N=30, M=8)
     results = {"ard": _fit(rvm.regression, Phi, t), "ridge": _fit(rvm.regression, Phi, t, groups=np.zeros(8, int))}
     table = ppl_sbl.compare(results)
+    # the shared precision is judged as a whole: the data determine more than half a parameter
+    # through it (n_effective), so every coefficient counts
+    assert table.loc["ridge", "n_effective"] > 0.5 and table.loc["ridge", "n_relevant"] == 8
+    assert table.loc["ard", "n_relevant"] == int(np.sum(results["ard"].precision_ratio < 1))
     assert list(table.columns[:5]) == ["rank", "elbo", "elbo_exact", "d_elbo", "weight"]
     assert table["elbo"].is_monotonic_decreasing
     assert table["rank"].tolist() == [0, 1]
@@ -241,6 +341,12 @@ def test_cli_compare_prints_the_elbo_table(tmp_path):
     # CAVI's default schedule: fast for the ARD models (counted in moves), the sweep for the shared precision
     assert "schedule" in out.stdout and "sweeps/moves" in out.stdout and "'sweeps/moves' counts" in out.stdout
     rows = {line.split("  ")[0]: line.split() for line in out.stdout.splitlines()}
+    # n_relevant is judged per precision: the ridge fit's one precision is supported, so all 101
+    # basis functions (100 RBFs and the bias) count; ARD keeps a few
+    header = next(line.split() for line in out.stdout.splitlines() if line.split()[:2] == ["rank", "elbo"])
+    column = header.index("n_relevant")
+    assert int(rows["ridge (shared precision)"][3 + column]) == 101
+    assert 0 < int(rows["rvm (ARD)"][2 + column]) < 101
     assert "sweep" in rows["ridge (shared precision)"] and "fast" not in rows["ridge (shared precision)"]
     assert "fast" in rows["rvm (ARD)"] and "fast" in rows["robust rvm"]
     helptext = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--help"], capture_output=True,

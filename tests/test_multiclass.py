@@ -424,7 +424,8 @@ def test_bad_labels_and_inputs_raise_named_errors():
         g.prepare(Phi, np.where(np.arange(40) == 3, np.nan, t))
     with pytest.raises(ValueError, match="`t` has 39 entries but `Phi` has 40 rows"):
         g.prepare(Phi, t[:-1])
-    with pytest.raises(ValueError, match="`t` must hold integer class labels"):
+    with pytest.raises(ValueError, match=r"`t` must be a numeric array; got dtype <U1 \(strings\)\. The model takes "
+                                         "integer class labels"):
         g.prepare(Phi, np.array(["a", "b"] * 20))
     with pytest.raises(ValueError, match="`t` is required"):
         g.prepare(Phi)

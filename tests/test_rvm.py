@@ -316,6 +316,9 @@ def test_pruned_fit_moves_the_fixed_point_only_a_little():
     m1, _ = pruned.predict(X_new)
     assert np.max(np.abs(m0 - m1)) < 0.02
     assert np.array_equal(exact.relevant, pruned.relevant)
+    # ARD: the per-group relevance rule is the per-coefficient ratio rule, and no frozen coefficient is relevant
+    assert np.array_equal(pruned.relevant, pruned.precision_ratio < 1)
+    assert not np.any(pruned.relevant[np.asarray(pruned.state.w.frozen_var) > 0])
 
 
 def test_freeze_cost_equals_brute_force_elbo_difference():

@@ -312,10 +312,12 @@ for h in HYPER:
 #   one-dimensional problem shrinking all weights together is a strong competitor, and the ARD
 #   model's advantage is not accuracy but **sparsity**: it predicts with a handful of basis
 #   functions instead of all of them, and it tells you which ones.
-# * The `n_relevant` column of the ridge model comes from the same per-weight rule. With one
-#   shared precision and heavily overlapping RBFs, each individual weight is usually determined
-#   more by the prior than by the data given the others, so few (often zero) weights count as
-#   relevant even though all of them are used.
+# * The `n_rel` column counts the ARD model's relevant weights. `relevant` judges each precision
+#   as a whole: the ridge model's one precision is relevant when the data determine more than
+#   half a parameter through it (its `effective_parameters`), and then every weight it keeps
+#   counts as relevant, since all of them are used. With heavily overlapping RBFs no single
+#   ridge weight is determined more by the data than by the prior given the others; the
+#   per-weight test would call none of them relevant.
 #
 # ### What ARD does *not* select: input features
 #

@@ -60,7 +60,7 @@ from ppl_sbl import likelihoods as L
 from ppl_sbl.bounds import expected_log_sum_gamma, expected_sigmoid, log_sum_bound
 from ppl_sbl.guide import ClosedFormGuide, closed_form_guide
 from ppl_sbl.priors import noise_rate, target_spread
-from ppl_sbl.validation import check_binary, check_matrix, check_positive, check_targets
+from ppl_sbl.validation import check_binary, check_matrix, check_numeric, check_positive, check_targets
 
 __all__ = ["regression", "classification", "GridData", "GridRegressionState", "GridClassificationState",
            "REGRESSION_GUIDE", "CLASSIFICATION_GUIDE", "S_REGRESSION_GUIDE", "S_CLASSIFICATION_GUIDE",
@@ -188,7 +188,7 @@ class GridClassificationState(NamedTuple):
 
 def _prepare(X, t, kind, priors, binary):
     _check_kind(kind)
-    X = np.asarray(X, dtype=np.float64)
+    X = check_numeric("X", X)
     N, shape = _table_shape(X)
     if t is None:
         raise ValueError("`t` is required to fit the model; pass the observed targets.")
@@ -344,7 +344,7 @@ def _make_guide(has_gamma):
 
 
 def _flat_new(X_new, data):
-    X_new = np.asarray(X_new, dtype=np.float64)
+    X_new = check_numeric("X_new", X_new)
     if X_new.ndim < 3 or tuple(X_new.shape[1:]) != tuple(data.table_shape):
         raise ValueError(f"`X_new` must have shape (N, {', '.join(map(str, data.table_shape))}); got {X_new.shape}.")
     return jnp.asarray(check_matrix("X_new", X_new.reshape(X_new.shape[0], -1)))

@@ -84,13 +84,10 @@ def _multiclass_labels(t, num_rows, num_classes):
     """Labels t (N,) as int32 in 0..C-1 and C; every class must have a sample."""
     if t is None:
         raise ValueError("`t` is required to fit the model; pass the observed labels, integers 0, ..., C-1.")
-    labels = np.asarray(t)
-    if labels.dtype.kind in "US":
-        raise ValueError(
-            f"`t` must hold integer class labels 0, ..., C-1; got dtype {labels.dtype}. Encode them with "
-            "codes = np.unique(labels, return_inverse=True)[1]."
-        )
-    arr = check_targets("t", t, num_rows)
+    arr = check_targets("t", t, num_rows, text_fix=(
+        "The model takes integer class labels 0, ..., C-1: encode them with codes = np.unique(labels, "
+        "return_inverse=True)[1], or use ppl_sbl.RVC, which takes any labels (strings included) and keeps them "
+        "in `classes_`."))
     if not np.all(arr == np.round(arr)):
         found = np.unique(arr[arr != np.round(arr)])[:5]
         raise ValueError(
@@ -423,6 +420,8 @@ def multiclass(Phi, t=None, *, a0=1e-6, b0=None, num_classes=None):
     ----------
     Phi : (N, M) array, design matrix.
     t : (N,) integer labels in 0, ..., C-1, or None (prior predictive; needs ``num_classes``).
+        Numbers only: strings are refused, also ones that read as numbers such as "1";
+        :class:`ppl_sbl.RVC` takes any labels and maps them through its ``classes_``.
     a0, b0 : shape and rate of the Gamma prior on each alpha_mc. ``b0=None`` (the default): b0_m =
         a0 / mean_n phi_nm^2, on the scale of each column, so that the fit does not depend on the
         columns' units (:mod:`ppl_sbl.priors`); a number or M rates are used as given.

@@ -453,7 +453,8 @@ def classification(Phi, t=None, *, a0=1e-5, b0=None, c0=DEFAULT_R, d0=DEFAULT_R,
     Parameters
     ----------
     Phi : (N, M) design matrix (include a bias column yourself, e.g. ``basis.rbf(..., bias=True)``).
-    t : (N,) labels in {0, 1}, or None (labels drawn from the unweighted Bernoulli).
+    t : (N,) labels in {0, 1}, or None (labels drawn from the unweighted Bernoulli). Numbers
+        only: strings are refused, also "0" and "1"; :class:`ppl_sbl.RVC` takes any labels.
     a0, b0 : Gamma(shape, rate) prior of each precision alpha_k (paper: a = b = 1e-5,
         non-informative). ``b0=None`` (the default): b0_k = a0 / mean_n phi_nk^2, on the scale of
         each column, so that the fit does not depend on the columns' units (:mod:`ppl_sbl.priors`);

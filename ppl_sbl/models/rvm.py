@@ -324,7 +324,9 @@ def regression(Phi, t=None, *, a0=1e-6, b0=None, e0=1e-6, f0=None, groups=None):
         default): f0 = e0 var(t), a prior mean E[gamma] = 1 / var(t); a number is used as given.
     groups : (M,) ints or None. Coefficient k has precision alpha[groups[k]]; None (the RVM)
         gives every coefficient its own precision, ``np.zeros(M, int)`` one shared precision
-        (Bayesian ridge regression).
+        (Bayesian ridge regression). The result's ``relevant`` judges each group as a whole
+        (:attr:`ppl_sbl.CAVIResult.relevant`): a ridge fit whose precision the data support
+        reports every coefficient it keeps as relevant.
 
     Sites: ``alpha`` (G,) with G groups (G = M by default), ``w`` (M,), ``gamma`` (), ``t`` (N,).
 
@@ -345,6 +347,9 @@ def regression(Phi, t=None, *, a0=1e-6, b0=None, e0=1e-6, f0=None, groups=None):
 def classification(Phi, t=None, *, a0=1e-6, b0=None, groups=None):
     """RVM classification: t_n ~ Bernoulli(logits = phi_n^T w), t_n in {0, 1}, ARD prior on w.
 
+    ``t`` : (N,) labels 0 or 1 as numbers (or booleans); strings are refused, also ones that
+    read as numbers such as "1" (map them, e.g. ``(labels == positive_label).astype(float)``, or
+    use :class:`ppl_sbl.RVC`, which takes any labels and keeps them in ``classes_``).
     ``groups`` as for :func:`regression`. ``b0=None`` (the default): b0_k = a0 / mean_n phi_nk^2,
     on the scale of each column (labels have no units; :mod:`ppl_sbl.priors`).
     Sites: ``alpha`` (G,), ``w`` (M,), ``t`` (N,).
