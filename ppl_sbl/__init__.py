@@ -17,7 +17,7 @@ from .diagnostics import GuideCheck, check_guide  # noqa: E402
 from .guide import ClosedFormGuide, closed_form_guide  # noqa: E402
 from .inference import CAVI, CAVIResult, fit, fit_grid  # noqa: E402
 from .result import FitResult  # noqa: E402
-from .saving import load  # noqa: E402
+from .saving import LoadError, load  # noqa: E402
 from .validation import ConvergenceWarning  # noqa: E402
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "fit",
     "fit_grid",
     "load",
+    "LoadError",
     "ConvergenceWarning",
     "derived_guide",
     "NotConjugateError",

@@ -33,7 +33,7 @@ from .derived import derived_guide
 from .engine import MAX_SWEEPS, TOL, fit
 from .guide import ClosedFormGuide, closed_form_guide, resolve_guide
 from .result import ResultMethods
-from .saving import Saveable
+from .portable import Saveable
 from .validation import warn_unconverged
 
 __all__ = ["ClosedFormGuide", "closed_form_guide", "find_guide", "resolve_guide", "CAVI", "CAVIResult", "fit", "fit_grid",

@@ -12,7 +12,7 @@ import numpy as np
 
 from ppl_sbl import sparse_gp as sg
 from ppl_sbl.result import ResultMethods
-from ppl_sbl.saving import Saveable
+from ppl_sbl.portable import Saveable
 from ppl_sbl.validation import check_matrix
 
 from .collapsed import optimal_q_u, q_x, unpack

@@ -11,7 +11,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ppl_sbl.result import ResultMethods
-from ppl_sbl.saving import Saveable
+from ppl_sbl.portable import Saveable
 
 from .algebra import rank_one
 from .design import design_rows, point_rows

@@ -7,7 +7,7 @@ from typing import Any, Optional
 import jax.numpy as jnp
 import numpy as np
 
-from ppl_sbl.saving import Saveable
+from ppl_sbl.portable import Saveable
 from ppl_sbl.validation import check_matrix
 
 from .similarity import similarity_matrix, similarity_numpy
