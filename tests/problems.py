@@ -43,3 +43,14 @@ def assert_same_tree(a, b):
     assert tree_a == tree_b
     for x, y in zip(leaves_a, leaves_b):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def default_rates(Phi, t=None, a0=1e-6, e0=1e-6):
+    """The documented default rates of ``ppl_sbl.priors``, written out with NumPy: b0_k = a0 v /
+    mean_n phi_nk^2 and f0 = e0 v, v = var(t) (1 without targets). Returns {"b0": (M,), "f0": ()}
+    (the latter for regression only)."""
+    v = 1.0 if t is None else float(np.var(t))
+    rates = {"b0": a0 * v / np.mean(np.asarray(Phi) ** 2, axis=0)}
+    if t is not None:
+        rates["f0"] = e0 * v
+    return rates

@@ -26,11 +26,12 @@ def _gamma_terms(a, b, a0, b0):
                   + (1 - a) * digamma(a))
 
 
-def numpy_grid_start(Phi, W0, M1, M2, kind, a0, c0):
+def numpy_grid_start(Phi, W0, M1, M2, kind, a0, c0, b0=None, d0=None):
     """The start: each cell's target is the unit-information prior h / N, h = sum_n W0_n phi_n^2;
     the product rule fits its logarithm by ln E[alpha_i] + ln E[beta_j] (least squares, the
-    minimum-norm solution), the sum rule takes half of the exponentiated grand mean for every row
-    and column. Shapes a0 + M2 / 2 and c0 + M1 / 2."""
+    minimum-norm deviation from the prior log-means ln(a0 / b0), ln(c0 / d0)), the sum rule takes
+    half of the exponentiated grand mean for every row and column. Shapes a0 + M2 / 2 and
+    c0 + M1 / 2."""
     L = np.log((Phi**2).T @ W0 / Phi.shape[0]).reshape(M1, M2)
     grand = L.mean()
     if kind == "p":
@@ -38,7 +39,8 @@ def numpy_grid_start(Phi, W0, M1, M2, kind, a0, c0):
         for i in range(M1):
             for j in range(M2):
                 design[i * M2 + j, [i, M1 + j]] = 1.0
-        u = np.linalg.lstsq(design, L.ravel(), rcond=None)[0]
+        prior = np.r_[np.full(M1, np.log(a0 / b0)), np.full(M2, np.log(c0 / d0))]
+        u = np.linalg.lstsq(design, L.ravel() - design @ prior, rcond=None)[0] + prior
         row, col = np.exp(u[:M1]), np.exp(u[M1:])
     else:
         row, col = np.full(M1, np.exp(grand) / 2), np.full(M2, np.exp(grand) / 2)
@@ -51,7 +53,7 @@ def numpy_pgrid_regression(X, t, sweeps, a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6, e0=
     N, M1, M2 = X.shape
     Phi = X.reshape(N, -1)
     g0 = 10.0 / np.var(t)  # the start: E[gamma] = 10 / var(t)
-    a, b, c, d = numpy_grid_start(Phi, np.full(N, g0), M1, M2, "p", a0, c0)
+    a, b, c, d = numpy_grid_start(Phi, np.full(N, g0), M1, M2, "p", a0, c0, b0, d0)
     e = e0 + N / 2
     f = e / g0
     elbos = []
@@ -81,7 +83,7 @@ def numpy_pgrid_classification(X, t, sweeps, a0=1e-6, b0=1e-6, c0=1e-6, d0=1e-6)
     N, M1, M2 = X.shape
     Phi = X.reshape(N, -1)
     xi = np.ones(N)
-    a, b, c, d = numpy_grid_start(Phi, 2 * np.tanh(xi / 2) / (4 * xi), M1, M2, "p", a0, c0)
+    a, b, c, d = numpy_grid_start(Phi, 2 * np.tanh(xi / 2) / (4 * xi), M1, M2, "p", a0, c0, b0, d0)
     elbos = []
     for _ in range(sweeps):
         lam = np.tanh(xi / 2) / (4 * xi)
@@ -106,7 +108,7 @@ def test_pgrid_classification_equals_numpy_transcription():
     X, t = table_problem(5)
     t = (t > 0).astype(float)
     res = _fit(grid_rvm.classification, X, t, max_sweeps=10, tol=1e-300, prune=False)
-    ref = numpy_pgrid_classification(X, t, 10)
+    ref = numpy_pgrid_classification(X, t, 10, b0=1e-6 / np.mean(X**2))  # labels: b0 = a0 / mean(X^2)
     np.testing.assert_allclose(res.elbo_trace, ref["elbo"], rtol=1e-9)
     np.testing.assert_allclose(res.state.w.mean, ref["mu"], rtol=1e-7, atol=1e-10)
     np.testing.assert_allclose(res.state.xi, ref["xi"], rtol=1e-9)
@@ -169,7 +171,8 @@ def _fit(model, *args, **kw):
 def test_pgrid_sweeps_and_elbo_equal_numpy_transcription():
     X, t = table_problem(0)
     res = _fit(grid_rvm.regression, X, t, max_sweeps=10, tol=1e-300, prune=False)
-    ref = numpy_pgrid_regression(X, t, 10)
+    # the default rates on the data's scale: b0 = a0 var(t) / mean(X^2), d0 = c0, f0 = e0 var(t)
+    ref = numpy_pgrid_regression(X, t, 10, b0=1e-6 * np.var(t) / np.mean(X**2), f0=1e-6 * np.var(t))
     np.testing.assert_allclose(res.elbo_trace, ref["elbo"], rtol=1e-9)
     np.testing.assert_allclose(res.state.w.mean, ref["mu"], rtol=1e-7, atol=1e-10)
     np.testing.assert_allclose(res.state.rates[0], ref["b"], rtol=1e-8)

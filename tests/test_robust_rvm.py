@@ -107,7 +107,8 @@ def _flipped(seed, N=40, M=6, share=0.15):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_classification_sweeps_and_bound_equal_numpy_transcription(seed):
     Phi, t, _ = _flipped(seed)
-    ref = numpy_robust_classification(Phi, t, 12)
+    # the default rate on each column's scale, b0_k = a0 / mean_n phi_nk^2 (ppl_sbl.priors)
+    ref = numpy_robust_classification(Phi, t, 12, b=1e-5 / np.mean(Phi**2, axis=0))
     res = _cavi(robust_rvm.classification, Phi, t, max_sweeps=12, tol=1e-300, prune=False)
     np.testing.assert_allclose(res.elbo_trace, ref["elbo"], rtol=1e-9)
     np.testing.assert_allclose(res.state.w.mean, ref["mu"], rtol=1e-7, atol=1e-10)
@@ -121,7 +122,7 @@ def test_woodbury_form_equals_the_dense_transcription():
     Phi = r.standard_normal((8, 30))
     t = (r.uniform(size=8) < 0.5).astype(float)
     ref = numpy_robust_classification(Phi, t, 10)
-    res = _cavi(robust_rvm.classification, Phi, t, max_sweeps=10, tol=1e-300, prune=False)
+    res = _cavi(robust_rvm.classification, Phi, t, max_sweeps=10, tol=1e-300, prune=False, b0=1e-5)
     assert res.state.w.base.shape[0] > 0  # the factored form is in use
     np.testing.assert_allclose(res.elbo_trace, ref["elbo"], rtol=1e-8)
 
@@ -131,7 +132,8 @@ def test_regression_sweeps_and_elbo_equal_numpy_transcription(seed):
     Phi, t = random_regression(seed)
     t = t.copy()
     t[:3] += 8.0  # gross outliers
-    ref = numpy_robust_regression(Phi, t, 12)
+    # the default rates on the data's scale: b0_k = a0 var(t) / mean_n phi_nk^2, f0 = e0 var(t)
+    ref = numpy_robust_regression(Phi, t, 12, b=1e-6 * np.var(t) / np.mean(Phi**2, axis=0), f0=1e-6 * np.var(t))
     res = _cavi(robust_rvm.regression, Phi, t, max_sweeps=12, tol=1e-300, prune=False)
     np.testing.assert_allclose(res.elbo_trace, ref["elbo"], rtol=1e-9)
     np.testing.assert_allclose(res.state.w.mean, ref["mu"], rtol=1e-7, atol=1e-10)
@@ -214,7 +216,7 @@ def test_large_equal_c_and_d_give_the_rvm():
     compared over the same 150 sweeps (a fixed count: the omega terms of the ELBO are sums of
     numbers of size c that cancel, so at large c a relative stopping rule would see rounding)."""
     Phi, t, _ = _flipped(1)
-    opts = dict(a=1e-5, b=1e-5, max_sweeps=150, tol=1e-300, prune=False)
+    opts = dict(a0=1e-5, b0=1e-5, max_sweeps=150, tol=1e-300, prune=False)
     plain = _cavi(rvm.classification, Phi, t, a0=1e-5, b0=1e-5, max_sweeps=150, tol=1e-300, prune=False)
     gaps = []
     for c in (1e4, 1e5, 1e6):

@@ -9,7 +9,7 @@ import ppl_sbl
 from ppl_sbl import gaussian
 from ppl_sbl.models import rvm
 
-from problems import random_classification, random_regression
+from problems import default_rates, random_classification, random_regression
 
 LOG2PI = np.log(2 * np.pi)
 
@@ -91,7 +91,7 @@ def _cavi(model, *args, **kw):
 def test_regression_sweeps_and_elbo_equal_numpy_transcription(seed):
     Phi, t = random_regression(seed)
     res = _cavi(rvm.regression, Phi, t, max_sweeps=12, tol=1e-300, prune=False)
-    ref = numpy_regression(Phi, t, 12)
+    ref = numpy_regression(Phi, t, 12, **default_rates(Phi, t))
     np.testing.assert_allclose(res.elbo_trace, ref["elbo"], rtol=1e-9)
     np.testing.assert_allclose(res.state.w.mean, ref["mu"], rtol=1e-7, atol=1e-10)
     np.testing.assert_allclose(gaussian.full_covariance(res.state.w), ref["Sigma"], rtol=1e-7, atol=1e-12)
@@ -134,7 +134,7 @@ def test_low_rank_design_uses_woodbury_and_equals_the_dense_transcription():
     t = Phi[:, 0] - 0.5 * Phi[:, 1] + 0.1 * r.standard_normal(40)
     assert rvm.REGRESSION_GUIDE.prepare(Phi, t).lik.gram_factor.shape == (30, 4)
     res = _cavi(rvm.regression, Phi, t, max_sweeps=15, tol=1e-300, prune=False)
-    ref = numpy_regression(Phi, t, 15)
+    ref = numpy_regression(Phi, t, 15, **default_rates(Phi, t))
     np.testing.assert_allclose(res.elbo_trace, ref["elbo"], rtol=1e-8)
     np.testing.assert_allclose(res.state.w.mean, ref["mu"], rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(gaussian.full_covariance(res.state.w), ref["Sigma"], rtol=1e-6, atol=1e-9)
@@ -146,7 +146,7 @@ def test_low_rank_design_uses_woodbury_and_equals_the_dense_transcription():
 def test_classification_sweeps_and_elbo_equal_numpy_transcription(seed):
     Phi, t = random_classification(seed)
     res = _cavi(rvm.classification, Phi, t, max_sweeps=12, tol=1e-300, prune=False)
-    ref = numpy_classification(Phi, t, 12)
+    ref = numpy_classification(Phi, t, 12, **default_rates(Phi))
     np.testing.assert_allclose(res.elbo_trace, ref["elbo"], rtol=1e-9)
     np.testing.assert_allclose(res.state.w.mean, ref["mu"], rtol=1e-7, atol=1e-10)
     np.testing.assert_allclose(res.state.xi, ref["xi"], rtol=1e-8)
@@ -160,7 +160,7 @@ def test_classification_with_many_more_columns_than_points_uses_woodbury_and_equ
     t = (Phi[:, 0] - Phi[:, 1] > 0).astype(float)
     res = _cavi(rvm.classification, Phi, t, max_sweeps=12, tol=1e-300, prune=False)
     assert res.state.w.cov.shape == (12, 40)  # the factored form Sigma = diag(base) - Z^T Z
-    ref = numpy_classification(Phi, t, 12)
+    ref = numpy_classification(Phi, t, 12, **default_rates(Phi))
     np.testing.assert_allclose(res.elbo_trace, ref["elbo"], rtol=1e-9)
     np.testing.assert_allclose(res.state.w.mean, ref["mu"], rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(res.state.xi, ref["xi"], rtol=1e-8)
