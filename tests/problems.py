@@ -47,10 +47,11 @@ def assert_same_tree(a, b):
 
 def default_rates(Phi, t=None, a0=1e-6, e0=1e-6):
     """The documented default rates of ``ppl_sbl.priors``, written out with NumPy: b0_k = a0 v /
-    mean_n phi_nk^2 and f0 = e0 v, v = var(t) (1 without targets). Returns {"b0": (M,), "f0": ()}
+    mean_n phi_nk^2 and f0 = e0 v, v = var(t) (1 without targets), for a0 = e0 = 1e-6 unless given. Returns {"b0": (M,), "f0": ()}
     (the latter for regression only)."""
     v = 1.0 if t is None else float(np.var(t))
-    rates = {"b0": a0 * v / np.mean(np.asarray(Phi) ** 2, axis=0)}
+    m = np.mean(np.asarray(Phi) ** 2, axis=0)
+    rates = {"b0": a0 * v / np.where(m > 0, m, 1.0)}  # a column of zeros: m = 1
     if t is not None:
         rates["f0"] = e0 * v
     return rates
