@@ -1,5 +1,6 @@
 """Every Python block of README.md runs on its own, as printed: each in a fresh namespace (its own
-imports and data), in the order of the README."""
+imports and data), in the order of the README. The first two blocks (the ten lines and the
+schedules) belong to the smoke subset (``pytest -m smoke``)."""
 import os
 import re
 
@@ -20,7 +21,11 @@ def test_readme_has_its_examples():
     assert len(BLOCKS) >= 6
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
+SMOKE = 2  # the first blocks, which need nothing beyond the package's own dependencies
+
+
+@pytest.mark.parametrize("index", [pytest.param(i, marks=pytest.mark.smoke) if i < SMOKE else i
+                                   for i in range(len(BLOCKS))])
 def test_readme_block_runs_on_its_own(index, monkeypatch):
     import matplotlib
 
