@@ -17,7 +17,9 @@ from ppl_sbl.models import gplvm, grid_rvm, robust_rvm, rvm, sequential_sbl, sup
 
 from problems import random_classification, random_regression
 
-pytestmark = pytest.mark.smoke
+# in CI's second step (``pytest -m smoke``) and with ``pytest -m slow``; the default run checks the
+# same fits more thoroughly in the models' own test files
+pytestmark = [pytest.mark.smoke, pytest.mark.slow]
 
 CAVI = dict(progress_bar=False, max_sweeps=1000)
 
