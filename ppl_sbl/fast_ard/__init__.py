@@ -59,10 +59,11 @@ Q_m = (Phi^T r)_m - B_m^T mu of every coefficient (B = Phi^T diag(W) Phi_A) by r
 (Tipping & Faul 2003, appendix), O(M K) per move plus one product with the design for an add.
 The best move is taken while one gains more than tol |ELBO|; the re-estimates left below that
 floor are then made in turn (many small moves can add up to more than the floor), and a pass
-ends when neither kind is left. Between passes the likelihood factor updates itself given q(w) (q(gamma), xi, the robust RVM's
-weights), q(w) and the statistics are recomputed for its new (W, r), and each frozen q(alpha_k)
-goes to the maximiser of (2). Every move and every update is a coordinate ascent step of the
-restricted-family ELBO, so the ELBO never decreases.
+ends when neither kind is left, or after ``MOVES_PER_COEFFICIENT`` M moves (so that the number
+of passes bounds the work). Between passes the likelihood factor updates itself given q(w)
+(q(gamma), xi, the robust RVM's weights), q(w) and the statistics are recomputed for its new
+(W, r), and each frozen q(alpha_k) goes to the maximiser of (2). Every move and every update is
+a coordinate ascent step of the restricted-family ELBO, so the ELBO never decreases.
 
 Sparsity: the pruning condition. A frozen coefficient is the special case of an active one that
 is independent of the rest with mean zero, and s_k <= h_k, so
@@ -90,19 +91,31 @@ moves above on its own (W_c, r_c), and the factor's update between passes couple
 :class:`MultiFastFit`; parameter expansion and Newton steps for the factor's update, see
 ``schedule._schedule_outputs``).
 
-A column of zeros (h_k = 0, hence s_k = q_k = 0) never enters the model; a frozen column whose
-leave-one-out precision is below ``1e-10`` of its own data precision lies in the span of the
-active columns to working precision, and one whose |cosine| with an active column exceeds
-``MAX_ALIGNMENT`` (1 - 1e-3) is nearly collinear with it (Tipping's SparseBayes's alignment
-test): neither is added.
+Collinear designs. A column of zeros (h_k = 0, hence s_k = q_k = 0) never enters the model; a
+column whose leave-one-out precision is below ``1e-10`` of its own data precision lies in the
+span of the active columns to working precision (s_k may even come out negative from rounding):
+it is not added if frozen, nor re-estimated if active; and a frozen column whose |cosine| with
+an active column exceeds ``MAX_ALIGNMENT`` (1 - 1e-3) is nearly collinear with it (Tipping's
+SparseBayes's alignment test) and is not added. The statistics S and Q come from the Gram matrix,
+so their rounding error grows with the conditioning of the active block, measured by its spread
+
+    kappa = sum_{k in A} (h_k + x_k) Sigma_kk,
+
+the trace of the inverse of its precision Phi_A^T W Phi_A + diag(x_A) scaled to a unit diagonal
+(1 for orthogonal columns; between 1/lambda_min and K/lambda_min of the scaled precision). No move
+may take kappa above ``MAX_SPREAD``, beyond which the moves' gains would not be exact to working
+precision; a move is checked for that, and for a positive pivot of its rank-one update
+(1/Sigma_kk' > 0), before anything changes. A pass makes at most ``MOVES_PER_COEFFICIENT`` M
+moves whatever the design.
 """
 from __future__ import annotations
 
 from .algebra import frozen_optimum, frozen_value, in_model_optimum, in_model_value
 from .factors import GaussianNoise, JaakkolaJordan, MultinomialProbit, RobustGaussianNoise, RobustJaakkolaJordan
 from .results import active_gaussian, alpha_factors
-from .schedule import (ADD, LOG_ALPHA_TOL, MAX_ALIGNMENT, NEWTON, REESTIMATE, UPDATE, FastFit, Moments,
-                       MultiFastFit, NotApplicable, schedule, standard_units)
+from .schedule import (ADD, LOG_ALPHA_TOL, MAX_ALIGNMENT, MAX_SPREAD, MOVES_PER_COEFFICIENT, NEWTON, REESTIMATE,
+                       UPDATE, FastFit, Moments, MultiFastFit, NotApplicable, schedule)
+from .units import standard_units
 
 __all__ = [
     "in_model_value",
@@ -123,6 +136,8 @@ __all__ = [
     "alpha_factors",
     "LOG_ALPHA_TOL",
     "MAX_ALIGNMENT",
+    "MAX_SPREAD",
+    "MOVES_PER_COEFFICIENT",
     "ADD",
     "REESTIMATE",
     "UPDATE",

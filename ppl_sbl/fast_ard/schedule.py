@@ -11,9 +11,11 @@ import scipy.linalg
 from .algebra import (check_hyperparameters, frozen_optimum, frozen_value, in_model_change, in_model_value,
                       scalar_optimum, w_alpha_terms, warm_optimum)
 from .factors import weights_change
+from .units import original_units, standard_units
+from .outputs import NEWTON, MultiFastFit, OutputFactor, newton_locations
 
-__all__ = ["LOG_ALPHA_TOL", "MAX_ALIGNMENT", "ADD", "REESTIMATE", "UPDATE", "NEWTON", "NotApplicable", "Moments",
-           "FastFit", "MultiFastFit", "schedule", "standard_units"]
+__all__ = ["LOG_ALPHA_TOL", "MAX_ALIGNMENT", "MAX_SPREAD", "MOVES_PER_COEFFICIENT", "ADD", "REESTIMATE", "UPDATE",
+           "NEWTON", "NotApplicable", "Moments", "FastFit", "MultiFastFit", "schedule"]
 
 # a frozen coefficient with s_k below this fraction of h_k is (numerically) in the span of the
 # active columns: S_k = h_k - B_k^T Sigma B_k carries a rounding error of order 1e-16 h_k times the
@@ -21,6 +23,16 @@ __all__ = ["LOG_ALPHA_TOL", "MAX_ALIGNMENT", "ADD", "REESTIMATE", "UPDATE", "NEW
 _COLLINEAR = 1e-10
 LOG_ALPHA_TOL = 1e-3  # the smallest change of ln E[alpha_k] a re-estimate makes
 MAX_ALIGNMENT = 1.0 - 1e-3  # the largest |cosine| of a coefficient added with an active one
+# the largest spread kappa = sum_k (h_k + x_k) Sigma_kk (:meth:`_Schedule.spread`) a move may give
+# the active block. S_m = h_m - B_m^T Sigma B_m and Q_m come from the Gram matrix: their rounding
+# error is of order eps kappa h_m (eps the machine epsilon), and a coefficient that enters at
+# spread kappa has s_k of order h_k / kappa, so the relative error of its s_k, and of its gain, grows
+# like eps kappa^2; at this limit the gains stay exact to well below the floor tol |ELBO| of a move
+# at the default tol = 1e-9
+MAX_SPREAD = 1e5
+# a pass makes at most this many moves per coefficient (M; per output with several), so that
+# ``max_passes`` bounds the work of a fit
+MOVES_PER_COEFFICIENT = 10
 
 
 class NotApplicable(ValueError):
@@ -120,6 +132,7 @@ class _Schedule:
         self.K = 0
         self.x = np.ones(M)
         self.blocked = np.zeros(M, dtype=bool)  # nearly collinear with an active coefficient
+        self.held = np.zeros(M, dtype=bool)  # a move refused in this pass (see add, reestimate)
         self.pending = ()  # re-estimates below best_move's floor, for polish
         self.settle = LOG_ALPHA_TOL  # the smallest move polish makes (see polish)
         self.set_factor()
@@ -212,27 +225,46 @@ class _Schedule:
             q[a] = self.mu[:K] / diag
         return s, q
 
+    def spread(self):
+        """kappa = sum_k (h_k + x_k) Sigma_kk over the active block: the trace of the inverse of its
+        precision Phi_A^T W Phi_A + diag(x_A) scaled to a unit diagonal, between 1/lambda_min and
+        K/lambda_min of that scaled precision (1 for orthogonal columns)."""
+        K, a = self.K, self.active
+        return float((self.h[a] + self.x[a]) @ np.diag(self.Sigma)[:K])
+
     def best_move(self, floor):
         """(kind, coefficient, target E[alpha], gain) of the significant move with the largest gain,
         or None: an add of a frozen coefficient the data support (q^2 > s, eq. (1) at its
         maximiser against (2) at x_k) and that is not nearly collinear with an active one
-        (|cosine| > MAX_ALIGNMENT, Tipping's SparseBayes's alignment test), or a re-estimate of an active one to the maximiser of (1)
-        that changes ln E[alpha_k] by at least LOG_ALPHA_TOL; either must gain more than
-        ``floor`` nats."""
+        (|cosine| > MAX_ALIGNMENT, Tipping's SparseBayes's alignment test), or a re-estimate of an
+        active one to the maximiser of (1) that changes ln E[alpha_k] by at least LOG_ALPHA_TOL;
+        either must gain more than ``floor`` nats.
+
+        Moves the statistics cannot resolve are not candidates: a coefficient whose s_k is below
+        ``_COLLINEAR`` h_k (its column is in the span of the active ones to working precision; s_k
+        may be negative from rounding), one whose move this pass refused (``held``), and a move that
+        would take the spread (:meth:`spread`) above ``MAX_SPREAD``, by the move's own term alone
+        (an add raises kappa by (h_k + x) / (x + s_k) and more, a re-estimate down to x replaces
+        its term by that and raises the others'). :meth:`add` and :meth:`reestimate` check the
+        spread after the move exactly."""
         s, q = self.leave_one_out()
         M = s.shape[0]
         is_active = np.zeros(M, dtype=bool)
         is_active[self.active] = True
         with np.errstate(invalid="ignore"):
-            supported = ((~is_active) & (~self.blocked) & (self.h > 0) & (s >= _COLLINEAR * self.h)
-                         & (np.abs(q) > np.sqrt(np.maximum(s, 0.0))))
-        candidates = np.concatenate([self.active, np.flatnonzero(supported)])
+            resolved = (self.h > 0) & (s >= _COLLINEAR * self.h) & ~self.held
+            supported = (~is_active) & (~self.blocked) & resolved & (np.abs(q) > np.sqrt(np.maximum(s, 0.0)))
+        slots = np.flatnonzero(resolved[self.active])
+        moving = self.active[slots]
+        candidates = np.concatenate([moving, np.flatnonzero(supported)])
+        self.pending = ()
         if len(candidates) == 0:
             return None
-        sc = np.maximum(s[candidates], _COLLINEAR * np.maximum(self.h[candidates], 1e-300))
+        sc = s[candidates]
         qc = q[candidates]
         xc = self.x[candidates]
-        K = self.K
+        hc = self.h[candidates]
+        K = len(moving)
         # Newton's guesses: the current E[alpha] in the model, Tipping & Faul's s^2 / (q^2 - s) to enter
         guess = xc.copy()
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -245,61 +277,87 @@ class _Schedule:
                 gain[:K] = np.where(np.isfinite(x_in[:K]), gain[:K], value_in[:K] - in_model_value(
                     xc[:K], sc[:K], qc[:K], self.a0, self.b0))
             small = np.abs(np.log(x_in[:K] / xc[:K])) < LOG_ALPHA_TOL
+            # the spread after the move, from the move's own term (a lower bound where it raises it)
+            spread = self.spread()
+            own = (hc + x_in) / (x_in + sc)
+            own[:K] -= (hc[:K] + xc[:K]) * np.diag(self.Sigma)[slots]
+            wide = spread + own > max(MAX_SPREAD, spread)
             # the re-estimates polish may make: each moves E[alpha_k] by ``settle`` (relative,
             # weighted by the data's share of w_k's precision) and gains
             x_k, s_k = xc[:K], sc[:K]
             moved = s_k / (x_k + s_k) * np.abs(x_in[:K] - x_k) / np.maximum(x_in[:K], x_k)
-            settling = (moved >= self.settle) & (gain[:K] > 0)
+            settling = (moved >= self.settle) & (gain[:K] > 0) & ~wide[:K]
         gain[:K][small] = -np.inf
-        gain[K:] = value_in[K:] - frozen_value(xc[K:], self.h[candidates[K:]], self.a0, self.b0)
+        gain[K:] = value_in[K:] - frozen_value(xc[K:], hc[K:], self.a0, self.b0)
+        gain[wide] = -np.inf
         j = int(np.argmax(gain))
         if not gain[j] > floor:
-            self.pending = self.active[settling]
+            self.pending = moving[settling]
             return None
         return (REESTIMATE if j < K else ADD), int(candidates[j]), float(x_in[j]), float(gain[j])
 
-    def polish(self):
+    def polish(self, budget=None):
         """One cycle over the re-estimates :meth:`best_move` left for being below its floor (the
         ones that gain anything and move E[alpha_k] by at least ``settle``, relative and weighted
         by the data's share s_k / (x_k + s_k) of w_k's precision, as the sweep's stopping rule
         weighs them, :func:`ppl_sbl.engine.state_change`; together they can be worth more than
         the floor), in the order the coefficients entered: each re-estimated to the maximiser of
-        (1) given the others, as they stand then, where that still moves it so and gains.
-        Returns the gains of the moves made, in order."""
+        (1) given the others, as they stand then, where that still moves it so, gains, its s_k
+        is resolved (at least ``_COLLINEAR`` h_k) and :meth:`reestimate` does not refuse it (it
+        is then held for the pass); at most ``budget`` moves. Returns the gains of the moves
+        made, in order."""
         gains = []
         pending, self.pending = self.pending, ()
         for k in pending:
+            if budget is not None and len(gains) >= budget:
+                break
             k = int(k)
             j = int(np.flatnonzero(self.active == k)[0])
             x, diag = float(self.x[k]), float(self.Sigma[j, j])
             S_k = float(self.S[k])
             s = x * S_k / (x - S_k) if x * diag > 0.5 else 1.0 / diag - x
-            s = max(s, _COLLINEAR * max(float(self.h[k]), 1e-300))
+            if not s >= _COLLINEAR * float(self.h[k]):
+                continue
             q = float(self.mu[j]) / diag
             x_new, _ = scalar_optimum(s, q, self.a0, self.b0)
             if not (math.isfinite(x_new) and s / (x + s) * abs(x_new - x) / max(x_new, x) >= self.settle):
                 continue
             gain = float(in_model_change(x, x_new, s, q, self.a0, self.b0))
             if gain > 0:
-                self.reestimate(k, x_new, j)
-                gains.append(gain)
+                if self.reestimate(k, x_new, j):
+                    gains.append(gain)
+                else:
+                    self.held[k] = True
         return gains
 
     def add(self, k, x_new):
         """Coefficient k joins the model with E[alpha_k] = x_new: with z = Sigma B_k, Sigma_kk' =
         1/(x_new + S_k), mu_k' = Sigma_kk' Q_k, e = Phi^T W phi_k - B z, the old block gains
         Sigma_kk' z z^T, mu loses mu_k' z, S_m -= Sigma_kk' e_m^2, Q_m -= mu_k' e_m
-        (Tipping & Faul 2003, appendix). One product with the design, then O(M K)."""
-        if self.K == self.A.shape[1]:
-            self._grow()
+        (Tipping & Faul 2003, appendix). One product with the design, then O(M K).
+
+        Returns False, changing nothing, where the move is refused: where 1/Sigma_kk' = x_new + S_k
+        is not positive (the column is in the span of the active ones to working precision), or
+        where the spread (:meth:`spread`) after it, sum_j (h_j + x_j) (Sigma_jj + Sigma_kk' z_j^2)
+        + (h_k + x_new) Sigma_kk', exceeds both ``MAX_SPREAD`` and the spread before it."""
         K = self.K
+        a = self.active
+        z = self.Sigma[:K, :K] @ self.B[k, :K]
+        sigma_kk = 1.0 / (x_new + self.S[k])
+        if not (sigma_kk > 0 and math.isfinite(sigma_kk)):
+            return False
+        weight = self.h[a] + self.x[a]
+        spread = float(weight @ np.diag(self.Sigma)[:K])
+        after = spread + sigma_kk * float(weight @ (z * z)) + (self.h[k] + x_new) * sigma_kk
+        if after > MAX_SPREAD and after > spread:
+            return False
+        if K == self.A.shape[1]:
+            self._grow()
         phi = self.Phi[:, k]
         c = self.Phi.T @ phi
         column = float(self.W[0]) * c if self.C is not None else self.Phi.T @ (self.W * phi)
         with np.errstate(divide="ignore", invalid="ignore"):
             self.blocked |= np.abs(c) > MAX_ALIGNMENT * np.sqrt(self.col_sq[k] * self.col_sq)
-        z = self.Sigma[:K, :K] @ self.B[k, :K]
-        sigma_kk = 1.0 / (x_new + self.S[k])
         mu_k = sigma_kk * self.Q[k]
         e = column - self.B[:, :K] @ z
         self.Sigma[:K, :K] += sigma_kk * np.outer(z, z)
@@ -316,17 +374,33 @@ class _Schedule:
         self.index[K] = k
         self.K = K + 1
         self.x[k] = x_new
+        return True
 
     def reestimate(self, k, x_new, j=None):
         """E[alpha_k] of active k to x_new: with Delta = x_new - x_k, kappa = Delta / (1 + Delta
         Sigma_jj): Sigma -= kappa Sigma_j Sigma_j^T, mu -= kappa mu_j Sigma_j, S_m += kappa e_m^2,
-        Q_m += kappa mu_j e_m with e = B Sigma_j. O(M K)."""
+        Q_m += kappa mu_j e_m with e = B Sigma_j. O(M K).
+
+        Returns False, changing nothing, where the move is refused: where Sigma_jj' = Sigma_jj /
+        (1 + Delta Sigma_jj) is not positive (rounding has left Sigma_jj at or above 1/x_k: s_k is
+        not resolved), or where the spread (:meth:`spread`) after it exceeds both ``MAX_SPREAD``
+        and the spread before it."""
         K = self.K
         if j is None:
             j = int(np.flatnonzero(self.active == k)[0])
         delta = x_new - self.x[k]
         col = self.Sigma[:K, j].copy()
-        kappa = delta / (1.0 + delta * col[j])
+        denom = 1.0 + delta * col[j]
+        if not (denom > 0 and col[j] > 0 and math.isfinite(x_new)):
+            return False
+        kappa = delta / denom
+        a = self.active
+        weight = self.h[a] + self.x[a]
+        diag = np.diag(self.Sigma)[:K]
+        spread = float(weight @ diag)
+        after = spread - kappa * float(weight @ (col * col)) + delta * col[j] / denom
+        if after > MAX_SPREAD and after > spread:
+            return False
         mu_j = self.mu[j]
         e = self.B[:, :K] @ col
         self.Sigma[:K, :K] -= kappa * np.outer(col, col)
@@ -334,6 +408,7 @@ class _Schedule:
         self.S += kappa * e * e
         self.Q += kappa * mu_j * e
         self.x[k] = x_new
+        return True
 
     # the ELBO ---------------------------------------------------------------------------------------
     def moments(self):
@@ -371,8 +446,13 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
     (:meth:`_Schedule.best_move`: adds of the coefficients the data support, re-estimates to the
     maximiser of (1), each gaining more than ``tol |ELBO|``) and, where none is left, a cycle over
     the re-estimates it left for their small gains (:meth:`_Schedule.polish`), until neither
-    makes a move; then the likelihood factor's own updates given q(w) (``factor.update``), q(w)
-    and the statistics recomputed for its new (W, r), the frozen q(alpha) put at their optima (2).
+    makes a move or the pass has made ``MOVES_PER_COEFFICIENT`` M moves; then the likelihood
+    factor's own updates given q(w) (``factor.update``), q(w) and the statistics recomputed for
+    its new (W, r), the frozen q(alpha) put at their optima (2). A move the working precision
+    cannot resolve is not made (:meth:`_Schedule.best_move`, :meth:`_Schedule.add`,
+    :meth:`_Schedule.reestimate`: a column in the span of the active ones, a move that would
+    leave the active block's spread above ``MAX_SPREAD``); a refused move holds its coefficient
+    for the rest of the pass and does not count as a move.
     The fit stops after a pass that made no move, whose update changed the ELBO by at most ``tol``
     (relative) and the factor's (W, r) by at most sqrt(``tol``) (relative, pointwise: the sweep's
     rule on its state, :func:`ppl_sbl.engine.state_tol`), and after which no factor holds back a
@@ -401,8 +481,9 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
     tol : the stopping rule's tolerance (above); a move of :meth:`_Schedule.best_move` must gain
         more than ``tol |ELBO|`` nats. With several outputs the fit stops once a pass changes the
         ELBO by at most ``tol`` (relative).
-    max_passes, max_moves : upper limits (default moves: none but ``max_passes``, each pass's moves
-        being finite); a fit stopped by either has ``converged`` False.
+    max_passes, max_moves : upper limits (default moves: none but ``max_passes``, each pass making
+        at most ``MOVES_PER_COEFFICIENT`` M of them, per output with several); a fit stopped by
+        either has ``converged`` False.
     progress : callable(passes, moves, elbo, active), called after every pass, or None.
 
     Several outputs. A factor with ``num_outputs`` = C (see :func:`_schedule_outputs`) has C
@@ -420,52 +501,10 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
         fit = _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress)
         if gain is None and offset == 0.0:
             return fit
-        return fit._replace(fits=tuple(_original_units(f, gain, offset) for f in fit.fits),
+        return fit._replace(fits=tuple(original_units(f, gain, offset) for f in fit.fits),
                             elbo_trace=fit.elbo_trace + offset)
     fit = _schedule(Phi, factor, a0, b0, tol, max_passes, max_moves, progress)
-    return fit if gain is None and offset == 0.0 else _original_units(fit, gain, offset)
-
-
-def standard_units(Phi, a0, b0, target_scale=1.0):
-    """The design in the units the schedule works in, and what maps its fit back.
-
-    With one rate per coefficient, column k is multiplied by g_k = sqrt(b0_k / a0): then w'_k =
-    w_k / g_k has precision alpha'_k = g_k^2 alpha_k ~ Gamma(a0, a0), one scalar prior for all
-    (the same model, reparametrised); with ``target_scale`` s every column is divided by s as
-    well. Returns (Phi', a0, b0', g (M,) or None where b0 is a scalar, the ELBO offset -N ln s).
-    """
-    Phi = np.asarray(Phi)
-    N, M = Phi.shape
-    s = float(target_scale)
-    if not (math.isfinite(s) and s > 0):
-        raise ValueError(f"`target_scale` must be finite and > 0; got {target_scale!r}.")
-    rates = np.asarray(b0, dtype=np.float64)
-    gain = None
-    if rates.ndim == 0:
-        a0, b0 = check_hyperparameters(a0, float(rates))
-    else:
-        if rates.shape != (M,):
-            raise ValueError(f"`b0` must be a scalar or one rate per column of Phi ({M}); got shape {rates.shape}.")
-        a0, _ = check_hyperparameters(a0, float(np.max(rates)))
-        if a0 == 0 or not np.all(np.isfinite(rates)) or np.any(rates <= 0):
-            raise ValueError("`b0` given per coefficient must be finite and > 0, with `a0` > 0.")
-        gain = np.sqrt(rates / a0)
-        b0 = a0
-    if gain is not None or s != 1.0:
-        Phi = Phi * ((1.0 if gain is None else gain) / s)
-    offset = -N * math.log(s) if s != 1.0 else 0.0
-    return Phi, a0, b0, gain, offset
-
-
-def _original_units(fit, gain, offset):
-    """A :class:`FastFit` of :func:`standard_units`' design in the caller's: w_k = g_k w'_k,
-    E[alpha_k] = E[alpha'_k] / g_k^2, and the ELBO plus ``offset``."""
-    trace = fit.elbo_trace + offset
-    if gain is None:
-        return fit._replace(elbo_trace=trace)
-    g = gain[fit.active]
-    return fit._replace(mu=g * fit.mu, Sigma=fit.Sigma * g[:, None] * g[None, :], x=fit.x / gain**2,
-                        frozen_var=fit.frozen_var * gain**2, elbo_trace=trace)
+    return fit if gain is None and offset == 0.0 else original_units(fit, gain, offset)
 
 
 def _schedule(Phi, factor, a0, b0, tol, max_passes, max_moves, progress):
@@ -473,16 +512,18 @@ def _schedule(Phi, factor, a0, b0, tol, max_passes, max_moves, progress):
     max_moves = np.inf if max_moves is None else int(max_moves)
     work = _Schedule(Phi, factor, a0, b0)
     work.settle = math.sqrt(tol)
+    per_pass = MOVES_PER_COEFFICIENT * Phi.shape[1]
     value = work.elbo()
     trace, events = [value], []
     moves, passes, converged = 0, 0, False
     while passes < int(max_passes):
         passes += 1
         start, first = value, moves
-        while moves < max_moves:
+        work.held[:] = False
+        while moves < max_moves and moves - first < per_pass:
             move = work.best_move(tol * max(1.0, abs(value)))
             if move is None:
-                gains = work.polish()
+                gains = work.polish(min(max_moves - moves, per_pass - (moves - first)))
                 if not gains:
                     break
                 moves += len(gains)
@@ -492,7 +533,9 @@ def _schedule(Phi, factor, a0, b0, tol, max_passes, max_moves, progress):
                     events.append(REESTIMATE)
                 continue
             kind, k, target, gain = move
-            (work.add if kind == ADD else work.reestimate)(k, target)
+            if not (work.add if kind == ADD else work.reestimate)(k, target):
+                work.held[k] = True
+                continue
             moves += 1
             value += gain
             trace.append(value)
@@ -517,58 +560,6 @@ def _schedule(Phi, factor, a0, b0, tol, max_passes, max_moves, progress):
     return work.result(trace, events, moves, passes, converged)
 
 
-
-class MultiFastFit(NamedTuple):
-    """The result of :func:`schedule` for a factor with several outputs.
-
-    fits: one :class:`FastFit` per output (its own active set, q(w_c), E[alpha] and supported
-    flags; each carries the shared ELBO trace, ``num_moves`` its own moves); elbo_trace the ELBO
-    at the start, after every move of any output, after every update of the factor and after
-    every accepted Newton step; trace_events (ADD, REESTIMATE, UPDATE, NEWTON) and trace_outputs
-    (the output each move belongs to, -1 for the others), both of length len(elbo_trace) - 1;
-    num_moves; num_passes; converged.
-
-    ``x`` (M, C), and ``active`` and ``supported`` (the outputs' concatenated), so that
-    ``active[supported]`` lists every coefficient some output's data support.
-    """
-
-    fits: tuple
-    elbo_trace: np.ndarray
-    trace_events: np.ndarray
-    trace_outputs: np.ndarray
-    num_moves: int
-    num_passes: int
-    converged: bool
-
-    @property
-    def elbo(self):
-        return float(self.elbo_trace[-1])
-
-    @property
-    def x(self):
-        return np.stack([f.x for f in self.fits], axis=1)
-
-    @property
-    def active(self):
-        return np.concatenate([f.active for f in self.fits])
-
-    @property
-    def supported(self):
-        return np.concatenate([f.supported for f in self.fits])
-
-
-class _Output:
-    """Output c of a factor with several outputs, as the single-output factor a :class:`_Schedule`
-    reads: ``uniform`` and ``weights()`` = the factor's ``weights(c)``."""
-
-    def __init__(self, factor, c):
-        self.uniform = bool(factor.uniform)
-        self._factor, self._c = factor, c
-
-    def weights(self):
-        return self._factor.weights(self._c)
-
-
 def _set_factors(works, factor):
     """set_factor of every output; with a uniform factor the projections Phi^T (r_c / W_c) of all
     outputs come from one product with the design (the outputs' caches are filled with them)."""
@@ -585,36 +576,6 @@ def _set_factors(works, factor):
         work.set_factor()
 
 
-def _newton_locations(works, gradient, hessian, scale):
-    """The Newton step for the profiled objective L(mu) = F(m(mu)) - 1/2 sum_c mu_c^T diag(x_c) mu_c
-    over every output's active coefficients (E[alpha] held, q(w) means mu_c at ``scale`` times the
-    current ones, m_c = Phi_{A_c} mu_c), from the factor's gradient (N, C) and Hessian (N, C, C) of F
-    with respect to m: returns the means m' (N, C) of the step's end."""
-    blocks = [w.A[:, :w.K] for w in works]
-    means = [scale * w.mu[:w.K] for w in works]
-    precisions = [w.x[w.active] for w in works]
-    offsets = np.cumsum([0] + [w.K for w in works])
-    D = int(offsets[-1])
-    grad = np.zeros(D)
-    hess = np.zeros((D, D))
-    for c, (A, mu, x) in enumerate(zip(blocks, means, precisions)):
-        rows = slice(offsets[c], offsets[c + 1])
-        grad[rows] = A.T @ gradient[:, c] - x * mu
-        for d in range(c, len(works)):
-            cols = slice(offsets[d], offsets[d + 1])
-            block = A.T @ (hessian[:, c, d][:, None] * blocks[d])
-            hess[rows, cols] = block
-            hess[cols, rows] = block.T
-        hess[rows, rows] -= np.diag(x)
-    # -hess = diag(x) + sum_n J_n^T (-d2F/dm2) J_n is positive definite where F is concave
-    step = scipy.linalg.solve(-hess, grad, assume_a="pos")
-    return np.stack([A @ (mu + step[offsets[c]:offsets[c + 1]]) for c, (A, mu) in enumerate(zip(blocks, means))],
-                    axis=1)
-
-
-NEWTON = 3  # a trace event of the schedule with several outputs: an accepted second-order step
-
-
 def _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress):
     """:func:`schedule` for C outputs: C coefficient vectors w_c on the design ``Phi``, each with its
     ARD prior, its restricted family (active set, frozen coefficients) and its own buffers, and a
@@ -629,7 +590,7 @@ def _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress)
     updates itself given every output's q(w_c), and each output's q(w_c), statistics and frozen
     q(alpha) are recomputed for its new (W_c, r_c). Every step is a coordinate ascent step of the
     restricted-family ELBO. ``max_moves`` counts the moves of all outputs (default: no limit but
-    ``max_passes``; each pass's moves are finite, every one gaining more than the floor).
+    ``max_passes``; in a pass each output makes at most ``MOVES_PER_COEFFICIENT`` M moves).
 
     Two optional accelerations of the factor's update, for a factor whose own latent variables v
     make the alternation of q(v) and q(w) slow (the multinomial probit's auxiliary y: an EM-like
@@ -663,7 +624,7 @@ def _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress)
     max_moves = np.inf if max_moves is None else int(max_moves)
     expansion = getattr(factor, "expansion", None)
     second_order = getattr(factor, "curvature", None) is not None
-    works = [_Schedule(Phi, _Output(factor, c), a0, b0) for c in range(C)]
+    works = [_Schedule(Phi, OutputFactor(factor, c), a0, b0) for c in range(C)]
 
     def total():
         return factor.elbo_terms([w.moments() for w in works]) + sum(w.prior_terms() for w in works)
@@ -672,17 +633,22 @@ def _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress)
     trace, events, outputs = [value], [], []
     moves, passes, converged = 0, 0, False
     own_moves = [0] * C
+    per_pass = MOVES_PER_COEFFICIENT * M
     while passes < int(max_passes):
         passes += 1
         start = value
         added = False
         for c, work in enumerate(works):
-            while moves < max_moves:
+            work.held[:] = False
+            first = moves
+            while moves < max_moves and moves - first < per_pass:
                 move = work.best_move(tol * max(1.0, abs(value)))
                 if move is None:
                     break
                 kind, k, target, gain = move
-                (work.add if kind == ADD else work.reestimate)(k, target)
+                if not (work.add if kind == ADD else work.reestimate)(k, target):
+                    work.held[k] = True
+                    continue
                 added |= kind == ADD
                 moves += 1
                 own_moves[c] += 1
@@ -703,7 +669,7 @@ def _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress)
             factor.update(moments, curvature=newton)
         else:
             factor.update(moments)
-        proposal = _newton_locations(works, *factor.curvature(), scale) if newton else None
+        proposal = newton_locations(works, *factor.curvature(), scale) if newton else None
         _set_factors(works, factor)
         value = total()
         trace.append(value)
