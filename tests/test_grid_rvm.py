@@ -269,8 +269,11 @@ def test_single_column_with_a_pinned_beta_is_the_rvm():
     Phi = r.standard_normal((40, 6))
     t = Phi[:, 0] - 2 * Phi[:, 1] + 0.3 * r.standard_normal(40)
     # the same number of sweeps for both, so that only beta's residual uncertainty differs
-    grid = _fit(grid_rvm.regression, Phi[:, :, None], t, c0=1e8, d0=1e8, prune=False, tol=1e-300, max_sweeps=200)
-    flat = _fit(rvm.regression, Phi, t, prune=False, tol=1e-300, max_sweeps=200)
+    # and the same explicit rates (the default rates differ: per column for the RVM, per table for the grid)
+    rates = dict(b0=1e-6, f0=1e-6)
+    grid = _fit(grid_rvm.regression, Phi[:, :, None], t, c0=1e8, d0=1e8, prune=False, tol=1e-300, max_sweeps=200,
+                **rates)
+    flat = _fit(rvm.regression, Phi, t, prune=False, tol=1e-300, max_sweeps=200, **rates)
     np.testing.assert_allclose(grid.state.w.mean, flat.state.w.mean, rtol=1e-3, atol=1e-7)
     np.testing.assert_allclose(grid.state.rates[0], flat.state.alpha_rate, rtol=1e-3)
     # the ELBOs differ by beta's own terms only: KL(q(beta) || p(beta)) is ~0 for a pinned beta
@@ -283,9 +286,10 @@ def test_sgrid_single_column_with_a_vanishing_beta_is_the_rvm():
     r = np.random.default_rng(2)
     Phi = r.standard_normal((40, 6))
     t = Phi[:, 0] - 2 * Phi[:, 1] + 0.3 * r.standard_normal(40)
+    rates = dict(b0=1e-6, f0=1e-6)  # the same explicit rates (the default ones differ: per column, per table)
     grid = _fit(grid_rvm.regression, Phi[:, :, None], t, kind="s", c0=1e8, d0=1e16, prune=False, tol=1e-300,
-                max_sweeps=200)
-    flat = _fit(rvm.regression, Phi, t, prune=False, tol=1e-300, max_sweeps=200)
+                max_sweeps=200, **rates)
+    flat = _fit(rvm.regression, Phi, t, prune=False, tol=1e-300, max_sweeps=200, **rates)
     np.testing.assert_allclose(grid.state.w.mean, flat.state.w.mean, rtol=1e-5, atol=1e-8)
     assert grid.elbo == pytest.approx(flat.elbo, abs=0.05)
 

@@ -203,7 +203,7 @@ def test_mean_refinement_is_skipped_only_where_it_changes_nothing(monkeypatch):
     """The update refines q(w)'s mean through the design only where the data's precisions exceed
     the prior's by more than REFINE_ABOVE. On the README's sinc (spread about 1e4) the fit that
     skips it equals the fit with it forced on every sweep to 1e-9 in the mean and 1e-12 in the
-    ELBO. Scaled by 1e6 (spread about 1e11) it runs, and the fit equals the forced one to 1e-6;
+    ELBO. Scaled by 1e6 with the absolute prior rates b0 = f0 = 1e-6 (spread about 1e11) it runs, and the fit equals the forced one to 1e-6;
     without it the ELBO falls by 1e-5 nats (8e-9 relative) at a sweep."""
     from ppl_sbl import gaussian
 
@@ -215,7 +215,8 @@ def test_mean_refinement_is_skipped_only_where_it_changes_nothing(monkeypatch):
         monkeypatch.setattr(gaussian, "REFINE_ABOVE", above)
         rvm.REGRESSION_GUIDE._compiled.clear()  # the guide keeps its compiled programs: trace afresh
         jax.clear_caches()
-        fits[name] = {s: cavi.run(Phi * s, d.t_train) for s in (1.0, 1e6)}
+        # the absolute rates b0 = f0 = 1e-6: the default ones follow the design's scale, and the spread with them
+        fits[name] = {s: cavi.run(Phi * s, d.t_train, b0=1e-6, f0=1e-6) for s in (1.0, 1e6)}
     mean = {name: {s: np.asarray(r.state.w.mean) for s, r in f.items()} for name, f in fits.items()}
     for s, rtol, elbo_rtol in ((1.0, 1e-9, 1e-12), (1e6, 1e-6, 1e-12)):
         scale = np.max(np.abs(mean["always"][s]))
