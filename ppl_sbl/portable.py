@@ -22,13 +22,13 @@ raise them for a file you trust that exceeds them.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import io
 import json
 import math
 import os
 import re
 import struct
+import sys
 import zipfile
 import zlib
 
@@ -67,12 +67,10 @@ def reference(obj):
         raise TypeError(f"{obj!r} is not importable by name (a lambda or a function defined inside another); "
                         "only module-level functions and classes can be saved.")
     name = f"{module}:{qualname}"
-    try:  # the object's own module (not a name read from a file): it must be found there again
-        found = importlib.import_module(module)
-        for part in qualname.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError):
-        found = None
+    # the live object's own module, already imported (nothing is imported here): it must be found there again
+    found = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
     if found is not obj:
         raise TypeError(f"{obj!r} cannot be found again as {name}; only module-level functions and classes "
                         "can be saved.")
