@@ -31,6 +31,9 @@ __all__ = [
     "gamma_mean_log",
     "gamma_entropy",
     "gamma_expected_log_density",
+    "gamma_log_normaliser",
+    "gamma_expected_log_kernel",
+    "gamma_parts",
     "normal_expected_log_density",
     "gaussian_entropy",
 ]
@@ -53,17 +56,38 @@ def gamma_entropy(shape, rate):
     return shape - jnp.log(rate) + gammaln(shape) + (1.0 - shape) * digamma(shape)
 
 
+def gamma_log_normaliser(prior_shape, prior_rate):
+    """ln of the normalising constant b0^a0 / Gamma(a0) of Gamma(x | a0, b0): a0 ln b0 - ln Gamma(a0)."""
+    return prior_shape * jnp.log(prior_rate) - gammaln(prior_shape)
+
+
+def gamma_expected_log_kernel(prior_shape, prior_rate, mean, mean_log):
+    """E_q of the kernel of ln Gamma(x | a0, b0): (a0 - 1) E[ln x] - b0 E[x]."""
+    return (prior_shape - 1.0) * mean_log - prior_rate * mean
+
+
 def gamma_expected_log_density(prior_shape, prior_rate, mean, mean_log):
     """E_q[ln Gamma(x | a0, b0)] given E_q[x] and E_q[ln x].
 
     a0 ln b0 - ln Gamma(a0) + (a0 - 1) E[ln x] - b0 E[x].
     """
-    return (
-        prior_shape * jnp.log(prior_rate)
-        - gammaln(prior_shape)
-        + (prior_shape - 1.0) * mean_log
-        - prior_rate * mean
-    )
+    return gamma_log_normaliser(prior_shape, prior_rate) + gamma_expected_log_kernel(prior_shape, prior_rate, mean,
+                                                                                      mean_log)
+
+
+def gamma_parts(name, prior_shape, prior_rate, shape, rate):
+    """The ELBO terms of a Gamma factor q(x) = Gamma(a, b) (elementwise) under the prior
+    Gamma(a0, b0), in the naming of :meth:`ppl_sbl.result.FitResult.elbo_parts`:
+
+    ``-kl_<name>``: sum E_q[(a0 - 1) ln x - b0 x] + H[q(x)], minus the KL divergence of q from the
+    prior's kernel; ``log_norm_<name>``: sum (a0 ln b0 - ln Gamma(a0)) over the elements, the
+    prior's log normalising constant (it depends on neither the data nor q).
+    """
+    mean, mean_log = gamma_mean(shape, rate), gamma_mean_log(shape, rate)
+    size = jnp.broadcast_shapes(jnp.shape(shape), jnp.shape(prior_shape), jnp.shape(prior_rate))
+    norm = jnp.broadcast_to(gamma_log_normaliser(prior_shape, prior_rate), size)
+    kernel = gamma_expected_log_kernel(prior_shape, prior_rate, mean, mean_log) + gamma_entropy(shape, rate)
+    return {f"-kl_{name}": jnp.sum(kernel), f"log_norm_{name}": jnp.sum(norm)}
 
 
 def normal_expected_log_density(expected_square_error, precision_mean, precision_mean_log):

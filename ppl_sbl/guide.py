@@ -99,6 +99,10 @@ class ClosedFormGuide:
         ``relevant`` judges each group as a whole (:attr:`ppl_sbl.CAVIResult.relevant`).
     elbo_exact(state, data) -> scalar or None
         The true ELBO of q where ``elbo`` uses a local bound (by quadrature).
+    elbo_parts(state, data) -> {name: scalar} or None
+        The ELBO of q as a sum of named terms, each an exact expectation (no local bound), in the
+        naming of :meth:`ppl_sbl.result.FitResult.elbo_parts`: they sum to ``elbo_exact`` where
+        ``elbo`` uses a local bound, else to ``elbo``. The result adds ``local_bound``.
     bound : str
         ``"none"`` or the name of the local bound used by ``elbo``.
     observed : str
@@ -136,6 +140,7 @@ class ClosedFormGuide:
     predict: Predict
     relevance: Relevance
     elbo_exact: Optional[Elbo] = None
+    elbo_parts: Optional[Summaries] = None
     bound: str = "none"
     observed: str = "t"
     bound_gaps: Optional[Summaries] = None

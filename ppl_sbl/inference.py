@@ -32,7 +32,7 @@ from . import engine, fast_ard, gaussian
 from .derived import derived_guide
 from .engine import MAX_SWEEPS, TOL, fit
 from .guide import ClosedFormGuide, closed_form_guide, resolve_guide
-from .result import ResultMethods
+from .result import ResultMethods, ordered_parts
 from .portable import Saveable
 from .validation import warn_unconverged
 
@@ -457,6 +457,20 @@ class CAVIResult(ResultMethods, Saveable):
         if self.guide_spec.elbo_exact is None:
             return None
         return float(self.guide_spec.compiled("elbo_exact", self.guide_spec.elbo_exact)(self.state, self.data))
+
+    def elbo_parts(self) -> dict:
+        """The ELBO as named terms that sum to :attr:`elbo` (:meth:`ppl_sbl.result.FitResult.elbo_parts`):
+        the guide's exact terms, plus ``local_bound`` = elbo - elbo_exact (<= 0) where the
+        objective uses a local bound."""
+        spec = self.guide_spec
+        if spec.elbo_parts is None:
+            raise NotImplementedError(f"the guide of {getattr(self.model, '__name__', 'this model')} does not "
+                                      "split its ELBO into parts (ClosedFormGuide.elbo_parts).")
+        terms = spec.compiled("elbo_parts", spec.elbo_parts)(self.state, self.data)
+        parts = {k: float(v) for k, v in terms.items()}
+        if spec.elbo_exact is not None:
+            parts["local_bound"] = self.elbo - self.elbo_exact
+        return ordered_parts(parts)
 
     @property
     def bound_gaps(self) -> dict:

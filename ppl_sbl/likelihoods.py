@@ -31,6 +31,7 @@ __all__ = [
     "gaussian_update_w",
     "gaussian_update_gamma",
     "gaussian_elbo_terms",
+    "gaussian_parts",
     "gaussian_data_precision",
     "BernoulliLikelihood",
     "prepare_bernoulli",
@@ -167,6 +168,18 @@ def gaussian_elbo_terms(q: G.ActiveGaussian, gamma_shape, gamma_rate, lik: Gauss
         + expfam.gamma_expected_log_density(lik.e0, lik.f0, e_gamma, e_log_gamma)
         + expfam.gamma_entropy(gamma_shape, gamma_rate)
     )
+
+
+def gaussian_parts(q: G.ActiveGaussian, gamma_shape, gamma_rate, lik: GaussianLikelihood):
+    """:func:`gaussian_elbo_terms` as ELBO parts: ``log_lik`` = E[ln p(t | w, gamma)] (the grid RVM
+    paper's (19)), ``-kl_gamma`` and ``log_norm_gamma`` (its (24), (26); :func:`ppl_sbl.expfam.gamma_parts`)."""
+    e_gamma = expfam.gamma_mean(gamma_shape, gamma_rate)
+    e_log_gamma = expfam.gamma_mean_log(gamma_shape, gamma_rate)
+    N = lik.t.shape[0]
+    log_lik = N * expfam.normal_expected_log_density(0.0, e_gamma, e_log_gamma) - 0.5 * e_gamma * (
+        expected_square_error(q, lik)
+    )
+    return {"log_lik": log_lik, **expfam.gamma_parts("gamma", lik.e0, lik.f0, gamma_shape, gamma_rate)}
 
 
 def gaussian_data_precision(gamma_shape, gamma_rate, lik: GaussianLikelihood):

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["FitResult", "ResultMethods", "inference_data"]
+__all__ = ["FitResult", "ResultMethods", "inference_data", "ordered_parts"]
 
 
 @runtime_checkable
@@ -40,6 +40,27 @@ class FitResult(Protocol):
     relevant, effective_parameters
         The mask of the basis functions (or latent dimensions) the fit keeps, and the number of
         well-determined parameters (NaN where the fit has no such count).
+    elbo_parts() -> {name: float}
+        The objective as named terms that sum to ``elbo`` (to rounding), each the term's
+        contribution in nats:
+
+        ``log_lik``
+            E_q[ln p(observed | latents)], the expected log-likelihood, computed exactly
+            (by quadrature where it is not Gaussian).
+        ``-kl_<site>``
+            Minus the KL divergence of q(site) from its prior given the other factors,
+            E_q[ln p(site | parents)] + H[q(site)]; for a hyperparameter with a Gamma(a0, b0)
+            prior of constant parameters, from the prior's kernel: E_q[(a0 - 1) ln x - b0 x] + H[q(x)].
+        ``log_norm_<site>``
+            sum (a0 ln b0 - ln Gamma(a0)) over the elements of such a hyperparameter: the log
+            normalising constant of its prior, the same for every data set and every q. With
+            vague priors it is about -ln(1/a0) per element (-13.8 nats at a0 = 1e-6): the Occam
+            factor that decides comparisons of models with different numbers of hyperparameters.
+        ``local_bound``
+            elbo - elbo_exact <= 0 where the objective uses a local bound (Jaakkola-Jordan,
+            log-sum): the nats the bounds lose against the exact ELBO of q.
+
+        Type-II maximum likelihood and collapsed bounds name their own terms (see each result).
     """
 
     program: Callable
@@ -59,6 +80,8 @@ class FitResult(Protocol):
     def sample(self, key, num_samples: int = 1000) -> dict: ...
 
     def log_likelihood(self, draws: dict) -> dict: ...
+
+    def elbo_parts(self) -> dict: ...
 
 
 class ResultMethods:
@@ -132,6 +155,19 @@ class ResultMethods:
         from .diagnostics import check_guide
 
         return check_guide(self, num_particles=num_particles, seed=seed, num_se=num_se, rtol=rtol)
+
+
+def ordered_parts(parts: dict) -> dict:
+    """ELBO parts in reading order: ``log_lik``, ``local_bound``, then per site its ``-kl_`` term
+    followed by its ``log_norm_`` term (sites in their first-mentioned order), then the rest."""
+    sites = []
+    for name in parts:
+        for prefix in ("-kl_", "log_norm_"):
+            if name.startswith(prefix) and name[len(prefix):] not in sites:
+                sites.append(name[len(prefix):])
+    order = ["log_lik", "local_bound"] + [f"{p}{s}" for s in sites for p in ("-kl_", "log_norm_")]
+    ranked = [k for k in order if k in parts] + [k for k in parts if k not in order]
+    return {k: parts[k] for k in ranked}
 
 
 def inference_data(result: FitResult, num_samples: int = 1000, seed: int = 0):

@@ -20,7 +20,8 @@ from ppl_sbl import gaussian as G
 from ppl_sbl.priors import check_rate
 from ppl_sbl.validation import check_matrix, check_positive
 
-__all__ = ["RVMData", "coefficient_groups", "ard_prior", "positive_scalar", "alpha_terms", "update_alpha",
+__all__ = ["RVMData", "coefficient_groups", "ard_prior", "positive_scalar", "alpha_terms", "alpha_parts",
+           "update_alpha",
            "prior_precision", "make_guide", "rvm_data", "start_alpha", "check_new_design",
            "check_new_args"]
 
@@ -62,6 +63,20 @@ def alpha_terms(state, data, w_second_moment):
     log_p_alpha = jnp.sum(expfam.gamma_expected_log_density(a0, b0, e_alpha, e_log_alpha))
     entropy = G.entropy(state.w) + jnp.sum(expfam.gamma_entropy(state.alpha_shape, state.alpha_rate))
     return log_p_w + log_p_alpha + entropy
+
+
+def alpha_parts(state, data, w_second_moment):
+    """The w and alpha terms of (10) as ELBO parts (:meth:`ppl_sbl.result.FitResult.elbo_parts`):
+    ``-kl_w`` = E[ln p(w|alpha)] + H[q(w)] (the grid RVM paper's (20)-(22) with M2 = 1),
+    ``-kl_alpha`` = E[(a0 - 1) ln alpha - b0 alpha] + H[q(alpha)] and ``log_norm_alpha`` =
+    G (a0 ln b0 - ln Gamma(a0)) ((23), (25)); their sum is :func:`alpha_terms`."""
+    e_alpha = expfam.gamma_mean(state.alpha_shape, state.alpha_rate)
+    e_log_alpha = expfam.gamma_mean_log(state.alpha_shape, state.alpha_rate)
+    log_p_w = jnp.sum(
+        expfam.normal_expected_log_density(w_second_moment, e_alpha[data.groups], e_log_alpha[data.groups])
+    )
+    return {"-kl_w": log_p_w + G.entropy(state.w),
+            **expfam.gamma_parts("alpha", data.a0, data.b0, state.alpha_shape, state.alpha_rate)}
 
 
 def update_alpha(state, data, w_second_moment):

@@ -56,7 +56,7 @@ from ppl_sbl.guide import ClosedFormGuide, closed_form_guide
 from ppl_sbl.priors import noise_rate, weight_rate
 from ppl_sbl.validation import check_design, check_positive
 
-from .ard import (RVMData, alpha_terms, ard_prior, check_new_args, coefficient_groups, make_guide, positive_scalar,
+from .ard import (RVMData, alpha_parts, alpha_terms, ard_prior, check_new_args, coefficient_groups, make_guide, positive_scalar,
                   prior_precision, rvm_data, start_alpha, update_alpha)
 from .multiclass import MULTICLASS_GUIDE, MulticlassData, MulticlassState, multiclass
 
@@ -141,6 +141,14 @@ def _regression_elbo(state: RegressionState, data: RegressionData):
     )
 
 
+def _regression_elbo_parts(state: RegressionState, data: RegressionData):
+    """The terms of (10): ``log_lik`` (19), ``-kl_w``, ``-kl_alpha``, ``log_norm_alpha``,
+    ``-kl_gamma``, ``log_norm_gamma`` (:func:`~ppl_sbl.models.ard.alpha_parts`,
+    :func:`ppl_sbl.likelihoods.gaussian_parts`)."""
+    parts = L.gaussian_parts(state.w, state.gamma_shape, state.gamma_rate, data.lik)
+    return {"log_lik": parts.pop("log_lik"), **alpha_parts(state, data, G.second_moments(state.w)), **parts}
+
+
 def _regression_relevance(state: RegressionState, data: RegressionData):
     return prior_precision(state, data), L.gaussian_data_precision(state.gamma_shape, state.gamma_rate, data.lik)
 
@@ -191,6 +199,7 @@ REGRESSION_GUIDE = ClosedFormGuide(
     init=_regression_init,
     update=_regression_update,
     elbo=_regression_elbo,
+    elbo_parts=_regression_elbo_parts,
     guide=make_guide(has_gamma=True),
     predict=_regression_predict,
     check_new=check_new_args,
@@ -262,6 +271,13 @@ def _classification_elbo_exact(state: ClassificationState, data: ClassificationD
     return L.bernoulli_exact_terms(state.w, data.lik) + alpha_terms(state, data, G.second_moments(state.w))
 
 
+def _classification_elbo_parts(state: ClassificationState, data: ClassificationData):
+    """The terms of the ELBO (10) of q: ``log_lik`` = sum_n E_q[ln sigma(s_n phi_n^T w)] by
+    quadrature, ``-kl_w``, ``-kl_alpha``, ``log_norm_alpha`` (:func:`~ppl_sbl.models.ard.alpha_parts`);
+    they sum to ``elbo_exact``."""
+    return {"log_lik": L.bernoulli_exact_terms(state.w, data.lik), **alpha_parts(state, data, G.second_moments(state.w))}
+
+
 def _classification_relevance(state: ClassificationState, data: ClassificationData):
     return prior_precision(state, data), L.jj_data_precision(state.xi, data.lik)
 
@@ -295,6 +311,7 @@ CLASSIFICATION_GUIDE = ClosedFormGuide(
     init=_classification_init,
     update=_classification_update,
     elbo=_classification_elbo,
+    elbo_parts=_classification_elbo_parts,
     guide=make_guide(has_gamma=False),
     predict=_classification_predict,
     check_new=check_new_args,
