@@ -159,12 +159,14 @@ class ResultMethods:
 
 def ordered_parts(parts: dict) -> dict:
     """ELBO parts in reading order: ``log_lik``, ``local_bound``, then per site its ``-kl_`` term
-    followed by its ``log_norm_`` term (sites in their first-mentioned order), then the rest."""
+    followed by its ``log_norm_`` term (the sites without one first, each group in the order of
+    ``parts``), then the rest."""
     sites = []
     for name in parts:
         for prefix in ("-kl_", "log_norm_"):
             if name.startswith(prefix) and name[len(prefix):] not in sites:
                 sites.append(name[len(prefix):])
+    sites.sort(key=lambda s: f"log_norm_{s}" in parts)  # the sites without a hyperprior constant first
     order = ["log_lik", "local_bound"] + [f"{p}{s}" for s in sites for p in ("-kl_", "log_norm_")]
     ranked = [k for k in order if k in parts] + [k for k in parts if k not in order]
     return {k: parts[k] for k in ranked}
