@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from numpyro.infer import Trace_ELBO
 
-__all__ = ["GuideCheck", "check_guide", "monte_carlo_elbo"]
+__all__ = ["GuideCheck", "check_guide", "monte_carlo_elbo", "monte_carlo_sites"]
 
 
 class GuideCheck(NamedTuple):
@@ -47,6 +47,43 @@ def monte_carlo_elbo(model, guide, *args, num_particles=4000, seed=0, **kwargs):
 
     keys = jax.random.split(jax.random.PRNGKey(seed), int(num_particles))
     return np.asarray(jax.jit(jax.vmap(one))(keys))
+
+
+def monte_carlo_sites(model, guide, *args, num_particles=2000, seed=0, **kwargs):
+    """Per-site, per-particle Monte Carlo terms of the ELBO: {site: (num_particles,)}.
+
+    For a draw z ~ q (the guide's trace) replayed in the model: for an observed site its scaled
+    ln p(x | z), for a latent site its scaled ln p(z_site | parents) - ln q(z_site). The sites'
+    values sum to NumPyro's ``Trace_ELBO`` particle; their means estimate the ELBO's parts
+    (:meth:`ppl_sbl.result.FitResult.elbo_parts`: ``log_lik`` the observed sites, ``-kl_<site>``
+    plus ``log_norm_<site>`` a latent site).
+    """
+    from numpyro import handlers
+
+    def one(key):
+        k_guide, k_model = jax.random.split(key)
+        guide_trace = handlers.trace(handlers.seed(guide, k_guide)).get_trace(*args, **kwargs)
+        model_trace = handlers.trace(handlers.replay(handlers.seed(model, k_model), guide_trace)).get_trace(
+            *args, **kwargs)
+        terms = {}
+        for name, site in model_trace.items():
+            if site["type"] != "sample":
+                continue
+            value = _scaled_log_prob(site)
+            if not site["is_observed"]:
+                value = value - _scaled_log_prob(guide_trace[name])
+            terms[name] = value
+        return terms
+
+    keys = jax.random.split(jax.random.PRNGKey(seed), int(num_particles))
+    return {k: np.asarray(v) for k, v in jax.jit(jax.vmap(one))(keys).items()}
+
+
+def _scaled_log_prob(site):
+    log_prob = site["fn"].log_prob(site["value"])
+    if site.get("scale") is not None:
+        log_prob = site["scale"] * log_prob
+    return log_prob.sum()
 
 
 def check_guide(result, num_particles: int = 4000, seed: int = 0, num_se: float = 4.0, rtol: float = 1e-8):

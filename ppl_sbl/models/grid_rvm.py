@@ -283,6 +283,23 @@ def _prior_terms(state, data, w_second_moment, exact=False):
     return total
 
 
+def _prior_parts(state, data, w_second_moment):
+    """The terms of :func:`_prior_terms` with exact expectations (the s-grid's E[ln sum_k x_k] by
+    quadrature): ``-kl_w`` = E[ln p(w | precisions)] + H[q(w)] ((20)-(22)), and for every axis
+    ``-kl_<site>``, ``log_norm_<site>`` (its Gamma prior, (23), (25); :func:`ppl_sbl.expfam.gamma_parts`)."""
+    means = _means(state.shapes, state.rates)
+    if data.kind == "p":
+        log_precision = _combine(_mean_logs(state.shapes, state.rates), "s")
+    else:
+        log_precision = _log_sum(state, data, exact=True)[0].reshape(-1)
+    log_p_w = jnp.sum(expfam.normal_expected_log_density(w_second_moment, _combine(means, data.kind), log_precision))
+    parts = {"-kl_w": log_p_w + G.entropy(state.w)}
+    for name, a, b, a0, b0 in zip(site_names(len(state.shapes)), state.shapes, state.rates, data.prior_shapes,
+                                  data.prior_rates):
+        parts.update(expfam.gamma_parts(name, a0, b0, a, b))
+    return parts
+
+
 def _log_sum_gap(state, data):
     """Nats lost by the log-sum bound: 1/2 sum_cells (E[ln sum_k x_k] - bound) >= 0."""
     exact = _log_sum(state, data, exact=True)[0]
@@ -388,6 +405,12 @@ def _reg_elbo(state, data, exact=False):
     )
 
 
+def _reg_elbo_parts(state, data):
+    """``log_lik`` (19), ``-kl_gamma``, ``log_norm_gamma`` and the prior's parts (:func:`_prior_parts`)."""
+    parts = L.gaussian_parts(state.w, state.gamma_shape, state.gamma_rate, data.lik)
+    return {"log_lik": parts.pop("log_lik"), **_prior_parts(state, data, G.second_moments(state.w)), **parts}
+
+
 def _reg_relevance(state, data):
     return _prior_precision(state, data), L.gaussian_data_precision(state.gamma_shape, state.gamma_rate, data.lik)
 
@@ -409,7 +432,8 @@ def _reg_unit_offset(data):
 
 
 REGRESSION_GUIDE = ClosedFormGuide(
-    prepare=_reg_prepare, init=_reg_init, update=_reg_update, elbo=_reg_elbo, guide=_make_guide(True),
+    prepare=_reg_prepare, init=_reg_init, update=_reg_update, elbo=_reg_elbo, elbo_parts=_reg_elbo_parts,
+    guide=_make_guide(True),
     predict=_reg_predict, check_new=_check_new_args, relevance=_reg_relevance, elbo_exact=None, bound="none",
     unit_offset=_reg_unit_offset,
 )
@@ -457,6 +481,12 @@ def _clf_elbo_exact(state, data):
     )
 
 
+def _clf_elbo_parts(state, data):
+    """``log_lik`` = sum_n E_q[ln sigma(s_n phi_n^T w)] by quadrature and the prior's parts
+    (:func:`_prior_parts`); they sum to ``elbo_exact``."""
+    return {"log_lik": L.bernoulli_exact_terms(state.w, data.lik), **_prior_parts(state, data, G.second_moments(state.w))}
+
+
 def _clf_gaps(state, data):
     jj = L.bernoulli_exact_terms(state.w, data.lik) - L.jj_elbo_terms(state.w, state.xi, data.lik)
     gaps = {"jaakkola-jordan": jj}
@@ -476,7 +506,8 @@ def _clf_predict(state, data, X_new):
 
 
 CLASSIFICATION_GUIDE = ClosedFormGuide(
-    prepare=_clf_prepare, init=_clf_init, update=_clf_update, elbo=_clf_elbo, guide=_make_guide(False),
+    prepare=_clf_prepare, init=_clf_init, update=_clf_update, elbo=_clf_elbo, elbo_parts=_clf_elbo_parts,
+    guide=_make_guide(False),
     predict=_clf_predict, check_new=_check_new_args, relevance=_clf_relevance, elbo_exact=_clf_elbo_exact,
     bound="jaakkola-jordan",
     bound_gaps=_clf_gaps,

@@ -251,6 +251,13 @@ def _multiclass_elbo(state: MulticlassState, data: MulticlassData):
     ln Z_n - 1/2 sum_c v_nc after a sweep (m~ = m). Plus, for every class, E[ln p(w_c | alpha_c)] +
     H[q(w_c)], and E[ln p(alpha)] + H[q(alpha)] (the grid RVM paper's (10) with (19)-(26)).
     """
+    return sum(_multiclass_elbo_parts(state, data).values())
+
+
+def _multiclass_elbo_parts(state: MulticlassState, data: MulticlassData):
+    """The terms of :func:`_multiclass_elbo`: ``log_lik`` = sum_n E[ln p(t_n, y_n | W)] + H[q(y_n)]
+    (the auxiliary y's contribution, ln Z_n - 1/2 sum_c v_nc after a sweep), ``-kl_w`` = sum over
+    classes of E[ln p(w_c | alpha_c)] + H[q(w_c)], ``-kl_alpha`` and ``log_norm_alpha``."""
     log_z, e_y = P.cone_moments(state.y_loc, data.t)
     mean = jnp.stack([data.Phi @ q.mean for q in state.w], axis=1)
     offset = state.y_loc - mean
@@ -261,10 +268,8 @@ def _multiclass_elbo(state: MulticlassState, data: MulticlassData):
     e_log_alpha = expfam.gamma_mean_log(state.alpha_shape, state.alpha_rate)
     second = jnp.stack([G.second_moments(q) for q in state.w], axis=1)
     log_p_w = jnp.sum(expfam.normal_expected_log_density(second, e_alpha, e_log_alpha))
-    log_p_alpha = jnp.sum(expfam.gamma_expected_log_density(data.a0, data.b0, e_alpha, e_log_alpha))
-    entropy = sum(G.entropy(q) for q in state.w) + jnp.sum(expfam.gamma_entropy(state.alpha_shape,
-                                                                                 state.alpha_rate))
-    return likelihood + log_p_w + log_p_alpha + entropy
+    return {"log_lik": likelihood, "-kl_w": log_p_w + sum(G.entropy(q) for q in state.w),
+            **expfam.gamma_parts("alpha", data.a0, data.b0, state.alpha_shape, state.alpha_rate)}
 
 
 def _class_precisions(state: MulticlassState, data: MulticlassData):
@@ -378,6 +383,7 @@ MULTICLASS_GUIDE = ClosedFormGuide(
     init=_multiclass_init,
     update=_multiclass_update,
     elbo=_multiclass_elbo,
+    elbo_parts=_multiclass_elbo_parts,
     guide=_multiclass_guide,
     predict=_multiclass_predict,
     check_new=check_new_args,

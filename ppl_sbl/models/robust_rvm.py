@@ -80,7 +80,7 @@ from ppl_sbl.guide import ClosedFormGuide, closed_form_guide
 from ppl_sbl.priors import noise_rate, weight_rate
 from ppl_sbl.validation import check_design, check_positive
 
-from .ard import (RVMData, alpha_terms, ard_prior, check_new_design, positive_scalar, prior_precision, rvm_data,
+from .ard import (RVMData, alpha_parts, alpha_terms, ard_prior, check_new_design, positive_scalar, prior_precision, rvm_data,
                   start_alpha, update_alpha)
 from .ard import make_guide as ard_guide
 
@@ -251,6 +251,16 @@ def _classification_elbo_exact(state: ClassificationState, data: RobustData):
     )
 
 
+def _classification_elbo_parts(state: ClassificationState, data: RobustData):
+    """The terms of the ELBO of q: ``log_lik`` = sum_n E[omega_n] E_q[ln sigma(s_n phi_n^T w)] (by
+    quadrature; the weighted likelihood of eq. (3), not normalised over the labels), ``-kl_w``,
+    ``-kl_alpha``, ``log_norm_alpha``, ``-kl_omega``, ``log_norm_omega`` (the Gamma(c0, d0) prior of
+    each weight); they sum to ``elbo_exact``."""
+    return {"log_lik": L.bernoulli_exact_terms(state.w, data.base.lik, weights=_omega_mean(state)),
+            **alpha_parts(state, data.base, G.second_moments(state.w)),
+            **expfam.gamma_parts("omega", data.c, data.d, state.omega_shape, state.omega_rate)}
+
+
 def _classification_relevance(state: ClassificationState, data: RobustData):
     return prior_precision(state, data.base), L.jj_data_precision(state.xi, data.base.lik, _omega_mean(state))
 
@@ -292,6 +302,7 @@ CLASSIFICATION_GUIDE = ClosedFormGuide(
     init=_classification_init,
     update=_classification_update,
     elbo=_classification_elbo,
+    elbo_parts=_classification_elbo_parts,
     guide=_make_guide(has_gamma=False),
     predict=_classification_predict,
     check_new=_check_new_args,
@@ -388,6 +399,20 @@ def _regression_elbo(state: RegressionState, data: RobustData):
     )
 
 
+def _regression_elbo_parts(state: RegressionState, data: RobustData):
+    """The terms of :func:`_regression_elbo`: ``log_lik`` = E[ln p(t | w, gamma, omega)] (t_n ~
+    N(phi_n^T w, 1 / (gamma omega_n)), a normalised Student-t mixture), ``-kl_w``, ``-kl_alpha``,
+    ``log_norm_alpha``, ``-kl_gamma``, ``log_norm_gamma``, ``-kl_omega``, ``log_norm_omega``."""
+    e_gamma = expfam.gamma_mean(state.gamma_shape, state.gamma_rate)
+    e_log_gamma = expfam.gamma_mean_log(state.gamma_shape, state.gamma_rate)
+    e_log_omega = expfam.gamma_mean_log(state.omega_shape, state.omega_rate)
+    log_lik = jnp.sum(expfam.normal_expected_log_density(
+        _square_errors(state.w, data), e_gamma * _omega_mean(state), e_log_gamma + e_log_omega))
+    return {"log_lik": log_lik, **alpha_parts(state, data.base, G.second_moments(state.w)),
+            **expfam.gamma_parts("gamma", data.e0, data.f0, state.gamma_shape, state.gamma_rate),
+            **expfam.gamma_parts("omega", data.c, data.d, state.omega_shape, state.omega_rate)}
+
+
 def _regression_relevance(state: RegressionState, data: RobustData):
     weights = expfam.gamma_mean(state.gamma_shape, state.gamma_rate) * _omega_mean(state)
     return prior_precision(state, data.base), (data.Phi**2).T @ weights
@@ -431,6 +456,7 @@ REGRESSION_GUIDE = ClosedFormGuide(
     init=_regression_init,
     update=_regression_update,
     elbo=_regression_elbo,
+    elbo_parts=_regression_elbo_parts,
     guide=_make_guide(has_gamma=True),
     predict=_regression_predict,
     check_new=_check_new_args,
