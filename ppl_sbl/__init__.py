@@ -11,7 +11,7 @@ import jax as _jax
 _jax.config.update("jax_enable_x64", True)
 
 from . import basis, bounds, datasets, derived, engine, expfam, gaussian, likelihoods, linalg, probit, sparse_gp  # noqa: E402
-from .arviz import compare, plot_elbo_trace, plot_grid_relevance, plot_relevance, to_inference_data  # noqa: E402
+from .arviz import ComparisonWarning, compare, plot_elbo_trace, plot_grid_relevance, plot_relevance, to_inference_data  # noqa: E402
 from .derived import NotConjugateError, derived_guide  # noqa: E402
 from .diagnostics import GuideCheck, check_guide  # noqa: E402
 from .guide import ClosedFormGuide, closed_form_guide  # noqa: E402
@@ -36,6 +36,7 @@ __all__ = [
     "check_guide",
     "GuideCheck",
     "compare",
+    "ComparisonWarning",
     "to_inference_data",
     "plot_elbo_trace",
     "plot_relevance",

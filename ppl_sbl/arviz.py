@@ -1,12 +1,13 @@
-"""The ArviZ layer: InferenceData export, ELBO comparison tables and plots."""
+"""The ArviZ layer: InferenceData export, model comparison (:mod:`ppl_sbl.comparison`) and plots."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from .comparison import ComparisonWarning, compare
 from .result import FitResult, inference_data
 
-__all__ = ["to_inference_data", "compare", "plot_elbo_trace", "plot_relevance"]
+__all__ = ["to_inference_data", "compare", "ComparisonWarning", "plot_elbo_trace", "plot_relevance"]
 
 
 def to_inference_data(result: FitResult, num_samples: int = 1000, seed: int = 0):
@@ -17,41 +18,6 @@ def to_inference_data(result: FitResult, num_samples: int = 1000, seed: int = 0)
     holding the ELBO trace (dimension ``sweep``) and the final ELBO in its attributes.
     """
     return inference_data(result, num_samples=num_samples, seed=seed)
-
-
-def compare(results: dict, *, sort: bool = True) -> pd.DataFrame:
-    """Rank fitted models by ELBO, in the style of ``az.compare``.
-
-    Columns: rank, elbo, elbo_exact (NaN where the ELBO uses no local bound), d_elbo (difference
-    to the best), weight (proportional to exp(elbo), i.e. the approximate posterior model
-    probability under equal prior odds), n_relevant (the number of basis functions in the
-    result's ``relevant`` mask, judged per precision group: a fit with one shared precision
-    counts every basis function it keeps when the data support that precision, see
-    :attr:`ppl_sbl.CAVIResult.relevant`; -1 where the result has no mask), n_effective (the
-    number of well-determined parameters, sum_k 1 - E[alpha_k] Var[w_k]), converged, bound.
-    """
-    if not results:
-        raise ValueError("`results` is empty; pass a dict {name: fitted result}.")
-    rows = {}
-    for name, res in results.items():
-        exact, relevant = res.elbo_exact, res.relevant
-        rows[name] = {
-            "elbo": float(res.elbo),
-            "elbo_exact": np.nan if exact is None else float(exact),
-            "n_relevant": -1 if relevant is None else int(np.sum(relevant)),
-            "n_effective": float(res.effective_parameters),
-            "converged": bool(res.converged),
-            "bound": res.bound,
-        }
-    table = pd.DataFrame.from_dict(rows, orient="index")
-    best = table["elbo"].max()
-    table["d_elbo"] = best - table["elbo"]
-    w = np.exp(table["elbo"] - best)
-    table["weight"] = w / w.sum()
-    if sort:
-        table = table.sort_values("elbo", ascending=False)
-    table.insert(0, "rank", np.argsort(np.argsort(-table["elbo"].to_numpy())))
-    return table[["rank", "elbo", "elbo_exact", "d_elbo", "weight", "n_relevant", "n_effective", "converged", "bound"]]
 
 
 def plot_elbo_trace(result, ax=None, **kwargs):

@@ -103,6 +103,14 @@ class ClosedFormGuide:
         The ELBO of q as a sum of named terms, each an exact expectation (no local bound), in the
         naming of :meth:`ppl_sbl.result.FitResult.elbo_parts`: they sum to ``elbo_exact`` where
         ``elbo`` uses a local bound, else to ``elbo``. The result adds ``local_bound``.
+    loo(state, data) -> (loo, lpd) or None
+        For a Gaussian likelihood: the exact leave-one-out log predictive density of every point,
+        ln p(t_n | t_-n), and the fitted one, ln p(t_n | t), each (N,), the hyperparameters held at
+        their fitted values (:func:`ppl_sbl.likelihoods.gaussian_loo`); :func:`ppl_sbl.compare`
+        uses it for ``by="loo"`` in place of PSIS.
+    likelihood_normalised : bool
+        False where the likelihood is not a normalised density of the data (the robust RVM's
+        likelihood terms raised to weights): its ELBO is not a bound on the evidence.
     bound : str
         ``"none"`` or the name of the local bound used by ``elbo``.
     observed : str
@@ -141,6 +149,8 @@ class ClosedFormGuide:
     relevance: Relevance
     elbo_exact: Optional[Elbo] = None
     elbo_parts: Optional[Summaries] = None
+    loo: Optional[Callable] = None
+    likelihood_normalised: bool = True
     bound: str = "none"
     observed: str = "t"
     bound_gaps: Optional[Summaries] = None

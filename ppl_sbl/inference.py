@@ -472,6 +472,29 @@ class CAVIResult(ResultMethods, Saveable):
             parts["local_bound"] = self.elbo - self.elbo_exact
         return ordered_parts(parts)
 
+    def loo_exact(self) -> Optional[np.ndarray]:
+        """Exact leave-one-out log predictive densities ln p(t_n | t_-n), (N,), for the models with a
+        closed form (``ClosedFormGuide.loo``: Gaussian likelihoods, the hyperparameters held at
+        their fitted means); ``None`` for the others (use PSIS: :func:`ppl_sbl.comparison.loo`)."""
+        spec = self.guide_spec
+        if spec.loo is None:
+            return None
+        return np.asarray(spec.compiled("loo", spec.loo)(self.state, self.data)[0])
+
+    def log_predictive_density(self) -> Optional[np.ndarray]:
+        """ln p(t_n | t) of every training point under the fitted predictive, (N,), for the models
+        with an exact leave-one-out form (its counterpart: their difference is p_loo); else ``None``."""
+        spec = self.guide_spec
+        if spec.loo is None:
+            return None
+        return np.asarray(spec.compiled("loo", spec.loo)(self.state, self.data)[1])
+
+    @property
+    def likelihood_normalised(self) -> bool:
+        """Whether the model's likelihood is a normalised density of the data (not for the robust
+        RVM's weighted likelihood), i.e. whether its ELBO bounds the evidence."""
+        return bool(self.guide_spec.likelihood_normalised)
+
     @property
     def bound_gaps(self) -> dict:
         """{local bound: nats it loses against the exact ELBO of q}; empty with no local bound."""

@@ -32,6 +32,7 @@ __all__ = [
     "gaussian_update_gamma",
     "gaussian_elbo_terms",
     "gaussian_parts",
+    "gaussian_loo",
     "gaussian_data_precision",
     "BernoulliLikelihood",
     "prepare_bernoulli",
@@ -180,6 +181,33 @@ def gaussian_parts(q: G.ActiveGaussian, gamma_shape, gamma_rate, lik: GaussianLi
         expected_square_error(q, lik)
     )
     return {"log_lik": log_lik, **expfam.gamma_parts("gamma", lik.e0, lik.f0, gamma_shape, gamma_rate)}
+
+
+def gaussian_loo(q: G.ActiveGaussian, gamma_shape, gamma_rate, lik: GaussianLikelihood):
+    """Exact leave-one-out log predictive densities of a Gaussian linear model with q(w) =
+    N(mu, Sigma), Sigma^-1 = D + g Phi^T Phi (D the prior precisions, g = E[gamma] the noise
+    precision; the hyperparameters held at their fitted means): (loo_n, lpd_n), each (N,).
+
+    Leaving point n out removes g phi_n phi_n^T from Sigma^-1 and g phi_n t_n from Sigma^-1 mu; with
+    m_n = phi_n^T mu and s_n = phi_n^T Sigma phi_n the rank-one downdate (Sherman-Morrison) gives
+    phi_n^T Sigma_-n phi_n = s_n / (1 - g s_n) and phi_n^T mu_-n = (m_n - g s_n t_n) / (1 - g s_n), so
+
+        ln p(t_n | t_-n) = ln N(t_n | (m_n - g s_n t_n) / (1 - g s_n), 1/g + s_n / (1 - g s_n)),
+
+    and lpd_n = ln N(t_n | m_n, 1/g + s_n), the fitted predictive at the training point. Only the
+    coefficients in the model enter (frozen ones have mean 0 and no data term).
+    """
+    g = expfam.gamma_mean(gamma_shape, gamma_rate)
+    mean, var = G.linear_moments(q, lik.Phi)
+    s = var - (lik.Phi ** 2) @ q.frozen_var
+    shrink = 1.0 - g * s
+    loo_mean = (mean - g * s * lik.t) / shrink
+    loo_var = 1.0 / g + s / shrink
+
+    def log_normal(x, m, v):
+        return -0.5 * (expfam.LOG_2PI + jnp.log(v) + (x - m) ** 2 / v)
+
+    return log_normal(lik.t, loo_mean, loo_var), log_normal(lik.t, mean, 1.0 / g + s)
 
 
 def gaussian_data_precision(gamma_shape, gamma_rate, lik: GaussianLikelihood):

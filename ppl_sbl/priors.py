@@ -26,7 +26,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["target_spread", "column_spread", "weight_rate", "noise_rate", "check_rate"]
+__all__ = ["target_spread", "column_spread", "weight_rate", "noise_rate", "check_rate", "VAGUE_SHAPE", "is_vague"]
+
+VAGUE_SHAPE = 1e-3
+"""A Gamma(a0, b0) hyperprior is vague when its shape a0 < VAGUE_SHAPE: near the improper limit
+p(x) ~ 1/x, where its log normalising constant a0 ln b0 - ln Gamma(a0) ~ -ln(1/a0) is at least
+6.9 nats per element and the fast schedule's rule (q^2 > s, the limit a0 -> 0) is the ELBO's own
+(:mod:`ppl_sbl.fast_ard`). a0 = 1e-2, a proper prior of small weight, is not vague."""
+
+
+def is_vague(shape) -> bool:
+    """Whether Gamma priors with these shapes are all vague (shape < :data:`VAGUE_SHAPE`)."""
+    return bool(np.all(np.asarray(shape) < VAGUE_SHAPE))
 
 
 def target_spread(t):

@@ -249,21 +249,23 @@ def test_relevance_is_judged_per_precision_group():
 # ---------------------------------------------------------------------------------------------
 # compare, ArviZ, sampling, prediction shapes
 # ---------------------------------------------------------------------------------------------
-def test_compare_table_ranks_by_elbo_and_weights_sum_to_one():
+def test_compare_table_ranks_by_elbo_with_its_parts_and_no_weights():
     Phi, t = random_regression(1, N=30, M=8)
     results = {"ard": _fit(rvm.regression, Phi, t), "ridge": _fit(rvm.regression, Phi, t, groups=np.zeros(8, int))}
-    table = ppl_sbl.compare(results)
+    with pytest.warns(ppl_sbl.ComparisonWarning, match="vague hyperparameters"):
+        table = ppl_sbl.compare(results)
     # the shared precision is judged as a whole: the data determine more than half a parameter
     # through it (n_effective), so every coefficient counts
     assert table.loc["ridge", "n_effective"] > 0.5 and table.loc["ridge", "n_relevant"] == 8
     assert table.loc["ard", "n_relevant"] == int(np.sum(results["ard"].precision_ratio < 1))
-    assert list(table.columns[:5]) == ["rank", "elbo", "elbo_exact", "d_elbo", "weight"]
+    assert list(table.columns[:3]) == ["rank", "elbo", "d_elbo"]
+    assert "weight" not in table.columns  # weights come from LOO stacking only
     assert table["elbo"].is_monotonic_decreasing
     assert table["rank"].tolist() == [0, 1]
-    assert table["weight"].sum() == pytest.approx(1.0)
-    best, other = table["elbo"].iloc[0], table["elbo"].iloc[1]
-    assert table["weight"].iloc[1] == pytest.approx(1 / (1 + np.exp(best - other)))
     assert table["d_elbo"].iloc[0] == 0.0
+    parts = table[["log_lik", "-kl_latent", "-kl_hyper", "log_norm", "local_bound"]].sum(axis=1)
+    np.testing.assert_allclose(parts, table["elbo"], rtol=1e-10)
+    assert table.loc["ard", "n_vague"] == 8 + 1 and table.loc["ridge", "n_vague"] == 1 + 1
 
 
 def test_inference_data_has_posterior_loglik_and_elbo_trace():

@@ -43,12 +43,17 @@ def test_each_result_is_a_fit_result(results, kind):
 
 def test_compare_ranks_every_kind_of_result(results):
     results = results[0]
-    table = ppl_sbl.compare(results)
+    with pytest.warns(ppl_sbl.ComparisonWarning, match="different observed data"):  # t, y and Z
+        table = ppl_sbl.compare(results)
     assert set(table.index) == set(results)
-    assert table["weight"].sum() == pytest.approx(1.0)
     for name, res in results.items():
         assert table.loc[name, "elbo"] == pytest.approx(res.elbo)
         assert table.loc[name, "n_relevant"] == int(np.sum(res.relevant))
+        assert sum(res.elbo_parts().values()) == pytest.approx(res.elbo, rel=1e-10)
+    with pytest.warns(ppl_sbl.ComparisonWarning, match="different observed data"):
+        by_loo = ppl_sbl.compare(results, by="loo", num_samples=200)
+    assert set(by_loo.index) == set(results)
+    assert by_loo["weight"].sum() == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("kind", ["cavi", "sequential"])

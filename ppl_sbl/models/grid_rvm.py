@@ -433,6 +433,7 @@ def _reg_unit_offset(data):
 
 REGRESSION_GUIDE = ClosedFormGuide(
     prepare=_reg_prepare, init=_reg_init, update=_reg_update, elbo=_reg_elbo, elbo_parts=_reg_elbo_parts,
+    loo=lambda state, data: L.gaussian_loo(state.w, state.gamma_shape, state.gamma_rate, data.lik),
     guide=_make_guide(True),
     predict=_reg_predict, check_new=_check_new_args, relevance=_reg_relevance, elbo_exact=None, bound="none",
     unit_offset=_reg_unit_offset,

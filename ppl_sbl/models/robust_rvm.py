@@ -303,6 +303,7 @@ CLASSIFICATION_GUIDE = ClosedFormGuide(
     update=_classification_update,
     elbo=_classification_elbo,
     elbo_parts=_classification_elbo_parts,
+    likelihood_normalised=False,
     guide=_make_guide(has_gamma=False),
     predict=_classification_predict,
     check_new=_check_new_args,

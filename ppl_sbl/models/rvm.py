@@ -200,6 +200,7 @@ REGRESSION_GUIDE = ClosedFormGuide(
     update=_regression_update,
     elbo=_regression_elbo,
     elbo_parts=_regression_elbo_parts,
+    loo=lambda state, data: L.gaussian_loo(state.w, state.gamma_shape, state.gamma_rate, data.lik),
     guide=make_guide(has_gamma=True),
     predict=_regression_predict,
     check_new=check_new_args,
