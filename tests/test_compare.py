@@ -110,3 +110,59 @@ def test_warnings_fire_for_incommensurable_fits_only():
         ppl_sbl.compare({"rvm": plain, "robust": robust})
     with _no_comparison_warning():
         ppl_sbl.compare({"rvm": plain, "robust": robust}, by="loo", num_samples=200)
+
+
+def _held_out_lpd(res, Phi, t):
+    mean, var = (np.asarray(v) for v in res.predict(Phi))
+    return float(np.mean(-0.5 * (np.log(2 * np.pi * var) + (t - mean) ** 2 / var)))
+
+
+def test_loo_ranks_generated_models_as_held_out_data_do(record_property):
+    """Generated problems with a known truth: y = sum_j w_j k(x, c_j) + noise on 50 points, 1000
+    held-out points. "sparse": three nonzero weights, ARD against one shared precision; "dense":
+    every weight from N(0, 1), the same pair; "width": ARD at the true kernel width against ARD at
+    0.15 of it. For each pair, the sign of the difference in elpd_loo / N (exact LOO), in ELBO and
+    in held-out mean log predictive density.
+
+    Measured (seeds 0-3): LOO agrees with the held-out ranking on every sparse and width problem; on
+    the dense ones it favours ARD where held-out data favour the shared precision by 0.002 to 0.05
+    nats per point in three of four seeds: LOO with the fit's hyperparameters held is optimistic by
+    about what tuning one precision per weight on all the data gains (see
+    test_exact_loo_equals_brute_force_refits). Agreement: LOO 9 of 12, ELBO 8 of 12: the ELBO ranks
+    ARD below the shared precision on every sparse and dense problem (its hyperpriors' constants,
+    ``log_norm``), so it agrees with held-out data on the dense problems and the widths only."""
+    agree = {"loo": [], "elbo": []}
+    for seed in range(4):
+        r = np.random.default_rng(seed)
+        N, delta = 50, 1.0
+        x, x_test = r.uniform(-5, 5, N), r.uniform(-5, 5, 1000)
+        centres = np.linspace(-5, 5, N)[:, None]
+        for kind in ("sparse", "dense", "width"):
+            if kind == "sparse":
+                w = np.zeros(N)
+                w[r.choice(N, 3, replace=False)] = r.normal(0, 2, 3)
+            else:
+                w = r.normal(0, 1, N)
+            t = np.asarray(basis.rbf(x[:, None], centres, delta=delta)) @ w + 0.1 * r.standard_normal(N)
+            t_test = np.asarray(basis.rbf(x_test[:, None], centres, delta=delta)) @ w + 0.1 * r.standard_normal(1000)
+            if kind == "width":
+                candidates = {"right": (delta, None), "wrong": (0.15 * delta, None)}
+            else:
+                candidates = {"ard": (delta, None), "shared": (delta, np.zeros(N + 1, int))}
+            scores = {}
+            for name, (d, groups) in candidates.items():
+                Phi = np.asarray(basis.rbf(x[:, None], delta=d, bias=True))
+                res = CAVI(rvm.regression).run(Phi, t, groups=groups)
+                held_out = _held_out_lpd(res, np.asarray(basis.rbf(x_test[:, None], x[:, None], delta=d, bias=True)),
+                                         t_test)
+                scores[name] = (res.elbo, float(np.mean(res.loo_exact())), held_out)
+            first, second = scores.values()
+            truth = np.sign(first[2] - second[2])
+            agree["elbo"].append((kind, np.sign(first[0] - second[0]) == truth))
+            agree["loo"].append((kind, np.sign(first[1] - second[1]) == truth))
+    rates = {k: float(np.mean([ok for _, ok in v])) for k, v in agree.items()}
+    record_property("agreement_with_held_out", rates)
+    print(f"agreement with the held-out ranking over {len(agree['loo'])} generated problems: LOO {rates['loo']:.2f}, "
+          f"ELBO {rates['elbo']:.2f}")
+    assert all(ok for kind, ok in agree["loo"] if kind != "dense")
+    assert rates["loo"] > rates["elbo"]
