@@ -1,4 +1,4 @@
-"""The ``ppl-sbl`` command: compare sparse Bayesian models by ELBO on built-in data."""
+"""The ``ppl-sbl`` command: compare sparse Bayesian models by ELBO and by leave-one-out on built-in data."""
 from __future__ import annotations
 
 import argparse
@@ -51,6 +51,7 @@ def _designs(args, data, delta):
 
 
 def _fit_models(args, data, delta):
+    """{name: fitted result}, {name: (test error or RMSE, held-out mean log predictive density)}."""
     from . import CAVI
     from .models import grid_rvm, robust_rvm, rvm
 
@@ -71,16 +72,67 @@ def _fit_models(args, data, delta):
         grid_model = grid_rvm.classification if classify else grid_rvm.regression
         fits["p-grid rvm"] = (grid_model, (X, data.t_train), {"kind": "p"}, X_test)
         fits["s-grid rvm"] = (grid_model, (X, data.t_train), {"kind": "s"}, X_test)
-    results, errors = {}, {}
+    results, scores = {}, {}
     for name, (model, fit_args, kwargs, new) in fits.items():
         res = CAVI(model, **options).run(*fit_args, **kwargs)
         results[name] = res
-        if classify:
-            errors[name] = float(np.mean((np.asarray(res.predict(new)) > 0.5) != (data.t_test > 0.5)))
-        else:
-            mean, _ = res.predict(new)
-            errors[name] = float(np.sqrt(np.mean((np.asarray(mean) - data.t_test) ** 2)))
-    return results, errors, "test error rate" if classify else "test RMSE", X.shape
+        scores[name] = _held_out(res, new, data.t_test, classify)
+    return results, scores, "test error rate" if classify else "test RMSE", X.shape
+
+
+def _held_out(res, new, t_test, classify):
+    """(test error rate or RMSE, mean log predictive density of the held-out points)."""
+    if classify:
+        p = np.clip(np.asarray(res.predict(new)), 1e-300, 1 - 1e-16)
+        return (float(np.mean((p > 0.5) != (t_test > 0.5))),
+                float(np.mean(np.where(t_test > 0.5, np.log(p), np.log1p(-p)))))
+    mean, var = (np.asarray(v) for v in res.predict(new))
+    return (float(np.sqrt(np.mean((mean - t_test) ** 2))),
+            float(np.mean(-0.5 * (np.log(2 * np.pi * var) + (t_test - mean) ** 2 / var))))
+
+
+def _quietly(fn, *args, **kwargs):
+    """fn(...) and the text of the ComparisonWarnings it raised."""
+    import warnings
+
+    from .comparison import ComparisonWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ComparisonWarning)
+        out = fn(*args, **kwargs)
+    notes = [str(w.message) for w in caught if issubclass(w.category, ComparisonWarning)]
+    for w in caught:
+        if not issubclass(w.category, ComparisonWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return out, notes
+
+
+def _width_table(args, data, widths, fitted):
+    """The ARD RVM at every RBF width: ELBO, elpd_loo and held-out scores, and the width each picks
+    (``fitted``: {delta: result} already fitted)."""
+    import pandas as pd
+
+    from . import CAVI, basis, compare
+    from .models import rvm
+
+    classify = _CLASSIFICATION[args.dataset]
+    fits, rows = {}, {}
+    for delta in sorted(widths):
+        Phi = np.asarray(basis.rbf(data.X_train, delta=delta, bias=True))
+        Phi_test = np.asarray(basis.rbf(data.X_test, data.X_train, delta=delta, bias=True))
+        res = fitted.get(delta) or CAVI(rvm.classification if classify else rvm.regression, tol=args.tol,
+                                        max_sweeps=args.max_sweeps, progress_bar=args.progress).run(Phi, data.t_train)
+        fits[f"{delta:g}"] = res
+        error, lpd = _held_out(res, Phi_test, data.t_test, classify)
+        rows[f"{delta:g}"] = {"test lpd": lpd, "error": error}
+    by_loo, _ = _quietly(compare, fits, by="loo")
+    table = pd.DataFrame({"elbo": {k: r.elbo for k, r in fits.items()},  # fits in the order of delta
+                          "elpd_loo": by_loo["elpd_loo"], "se": by_loo["se"],
+                          "n_relevant": {k: int(np.sum(r.relevant)) for k, r in fits.items()}})
+    table = table.join(pd.DataFrame.from_dict(rows, orient="index")).loc[list(rows)]
+    table.index.name = "delta"
+    picks = {"ELBO": table["elbo"].idxmax(), "LOO": table["elpd_loo"].idxmax(), "held-out lpd": table["test lpd"].idxmax()}
+    return table, picks
 
 
 def compare_command(args):
@@ -92,40 +144,56 @@ def compare_command(args):
         raise ValueError("`--basis` does not apply to digits: its features are the 8 x 8 pixel tables.")
     data = _load(args)
     delta = args.delta if args.delta is not None else _DEFAULT_DELTA[args.dataset]
-    results, errors, error_name, shape = _fit_models(args, data, delta)
-    table = compare(results)
-    table[error_name] = [errors[name] for name in table.index]
-    # CAVI's default schedule: the fast one for the ARD models (moves of one coefficient), the sweep
-    # for the shared precision (groups=) and the grid RVMs; each row counts what its schedule makes
-    table["schedule"] = [results[name].schedule for name in table.index]
-    table["sweeps/moves"] = [results[name].num_moves if results[name].schedule == "fast" else results[name].num_sweeps
-                             for name in table.index]
+    results, scores, error_name, shape = _fit_models(args, data, delta)
+    by_elbo, notes = _quietly(compare, results, by="elbo")
+    by_loo, loo_notes = _quietly(compare, results, by="loo", num_samples=args.loo_samples, seed=args.seed)
+    notes += [n for n in loo_notes if n not in notes]
     import pandas as pd
 
+    elbo_table = by_elbo[["rank", "elbo", "d_elbo", "log_lik", "-kl_latent", "-kl_hyper", "log_norm", "local_bound",
+                          "n_vague", "n_relevant", "schedule"]]
+    loo_table = by_loo[["rank", "elpd_loo", "se", "elpd_diff", "dse", "p_loo", "weight", "loo", "pareto_k_max"]].copy()
+    loo_table[error_name] = [scores[name][0] for name in loo_table.index]
+    loo_table["test lpd"] = [scores[name][1] for name in loo_table.index]
     if args.dataset == "digits":
         features = "8 x 8 pixel tables (rows x columns)"
     elif args.basis == "rbf-table":
         features = f"per-dimension RBF tables {shape[1]} centres x {shape[2]} input dimensions, delta = {delta}"
     else:
         features = f"RBF basis + bias, {shape[1]} functions, delta = {delta}"
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.4f}".format):
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.3f}".format):
         print(f"dataset: {data.description}; {len(data.t_train)} training, {len(data.t_test)} test points; {features}")
-        print(table.to_string())
-    print("note: each ELBO includes the Occam factor of its Gamma(1e-6, 1e-6) hyperpriors; every extra "
-          "precision costs roughly ln(1/a0) = 13.8 nats, which is why one shared precision can win on "
-          "ELBO while ARD keeps fewer basis functions (n_relevant, n_effective). n_relevant counts the basis "
-          "functions whose precision the data support, judged per precision: the shared precision's fit counts "
-          "all the functions it keeps, or none.")
-    print("note: 'sweeps/moves' counts the sweeps of a fit with schedule 'sweep' (every coefficient updated at every "
-          "sweep) and the moves of one with schedule 'fast' (the fast variational schedule, CAVI's default for the "
-          "ARD models: one coefficient added or re-estimated per move, from the empty model).")
+        print("\nby ELBO, with its parts (log_lik + -kl_latent + -kl_hyper + log_norm + local_bound = elbo):")
+        print(elbo_table.to_string())
+        print("\nby leave-one-out predictive density (az.compare; weight: stacking), with the held-out test points:")
+        print(loo_table.to_string())
+        widths = args.widths if args.widths else ([delta / 4, delta, 4 * delta] if args.dataset != "digits" else [])
+        record = {"dataset": data.description, "by_elbo": elbo_table.to_dict(orient="index"),
+                  "by_loo": loo_table.to_dict(orient="index"), "notes": notes}
+        if widths:
+            fitted = {delta: results["rvm (ARD)"]} if args.basis == "rbf" else {}
+            table, picks = _width_table(args, data, widths, fitted)
+            record["widths"], record["width_chosen_by"] = table.to_dict(orient="index"), picks
+            print(f"\nthe RBF width of the ARD RVM (delta, exp(-delta ||x - c||^2)) chosen by each criterion: "
+                  + ", ".join(f"{k}: {v}" for k, v in picks.items()))
+            print(table.to_string())
+    print("note: the ELBO bounds the evidence ln p(t), which includes the hyperpriors' log normalising constants "
+          "(log_norm, about -ln(1/a0) = -13.8 nats per precision at a0 = 1e-6): a model with one precision per "
+          "basis function pays that Occam factor whatever the data, so one shared precision can win on ELBO. "
+          "elpd_loo scores only how well each fit predicts the points it did not see, so the two can disagree; "
+          "compare models with the same hyperparameters by ELBO, different families by LOO or held-out data.")
+    print("note: elpd_loo is PSIS-LOO (az.loo on draws from each fit's q; Pareto k > 0.7 marks points where it is "
+          "unreliable) or the exact closed form for Gaussian likelihoods (loo = exact); both hold the "
+          "hyperparameters at their fitted values, which flatters models with many tuned precisions.")
+    for note in notes:
+        print(f"warning: {note.removeprefix('compare: ')}")
+    if args.json:
+        import json
+
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v))
     if args.dataset == "digits":
         _gplvm_table(args)
-    if _CLASSIFICATION[args.dataset]:
-        print("note: the robust RVM raises each point's likelihood to a Gamma-distributed weight (Hwang & Jeong "
-              "2015, eq. 3); that likelihood is not normalised over the labels, so its ELBO bounds a different "
-              "quantity from the other models' evidence: compare it by test error, and robust RVMs among "
-              "themselves (e.g. over kernel widths) by ELBO.")
     return 0
 
 
@@ -240,12 +308,13 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", required=True)
     cmp = sub.add_parser(
         "compare",
-        help="fit competing models on a built-in dataset and rank them by ELBO",
+        help="fit competing models on a built-in dataset and rank them by ELBO and by LOO",
         description="Fit the RVM (one precision per basis function, ARD), a shared-precision "
         "(ridge) model and the robust RVM (Gamma-weighted likelihood terms) on a built-in dataset with an RBF basis centred on the training points "
         "(and, where the features are tables, the p-grid and s-grid RVMs with one precision per "
-        "row and per column), then print a table ranked by ELBO (the lower bound on the log "
-        "evidence) with the test error.",
+        "row and per column), then print them ranked by ELBO (the lower bound on the log evidence) with "
+        "its parts, and by leave-one-out predictive density (elpd_loo) with the test error and the "
+        "held-out log predictive density, and the RBF width each criterion chooses.",
     )
     cmp.add_argument("--dataset", choices=["ripley", "sinc", "mixture", "digits", "digits-verification"],
                      default="ripley",
@@ -288,6 +357,13 @@ def build_parser():
                      help="digits-verification only: the super-sparse ridge penalty lambda (default 1e-3)")
     cmp.add_argument("--prototype-steps", type=int, default=200,
                      help="digits-verification only: gradient steps on the prototypes at most (default 200)")
+    cmp.add_argument("--widths", type=_positive_float, nargs="+", default=None,
+                     help="RBF deltas at which the ARD RVM is fitted to choose the width by ELBO, LOO and held-out "
+                     "density (default: delta / 4, delta, 4 delta; none for digits)")
+    cmp.add_argument("--json", default=None, metavar="PATH",
+                     help="also write the tables (by ELBO, by LOO, the widths) and the warnings to PATH as JSON")
+    cmp.add_argument("--loo-samples", type=int, default=1000,
+                     help="draws from each fit's q for PSIS-LOO (default 1000)")
     cmp.add_argument("--tol", type=float, default=1e-9,
                      help="CAVI stops once a sweep changes the ELBO by at most tol (relative) and the state by at most "
                      "sqrt(tol); the fast schedule once a pass changes the ELBO by at most tol (default 1e-9)")

@@ -141,8 +141,8 @@ def compare(results: dict, *, by: str = "elbo", sort: bool = True, num_samples: 
         Columns: rank, elbo, d_elbo (to the best), the ELBO's parts summed by kind (``log_lik``,
         ``-kl_latent`` for the weights or latent points, ``-kl_hyper`` for the hyperparameters,
         ``log_norm`` for the hyperpriors' log normalising constants, ``local_bound``; they sum to
-        elbo, see :meth:`ppl_sbl.result.FitResult.elbo_parts`), elbo_exact (NaN without a local
-        bound), n_vague (hyperparameters with vague priors, :func:`vague_hyperparameters`),
+        elbo, see :meth:`ppl_sbl.result.FitResult.elbo_parts`; elbo - local_bound is the exact
+        ELBO of q where the objective uses a local bound), n_vague (hyperparameters with vague priors, :func:`vague_hyperparameters`),
         n_relevant (basis functions in the fit's ``relevant`` mask, -1 where it has none),
         n_effective (sum_k 1 - E[alpha_k] Var[w_k]), schedule, converged, bound. No weights: the
         ELBO is a bound, and exp(elbo) normalised over models is a model probability only under
@@ -169,11 +169,10 @@ def compare(results: dict, *, by: str = "elbo", sort: bool = True, num_samples: 
         return _compare_loo(results, num_samples, seed, loo_method)
     rows = {}
     for name, res in results.items():
-        exact, relevant = res.elbo_exact, res.relevant
+        relevant = res.relevant
         row = {"elbo": float(res.elbo)}
         row.update(_parts_columns(res.elbo_parts()))
         row.update({
-            "elbo_exact": np.nan if exact is None else float(exact),
             "n_vague": vague_hyperparameters(res),
             "n_relevant": -1 if relevant is None else int(np.sum(relevant)),
             "n_effective": float(res.effective_parameters),
@@ -241,7 +240,7 @@ def _warn_if_incommensurable(results, by):
                          "below the sweep's fixed point: call result.refine() on the fast fits, or compare by='loo'.")
         unnormalised = [n for n in names if not getattr(results[n], "likelihood_normalised", True)]
         if unnormalised:
-            notes.append(f"{', '.join(unnormalised)} use a likelihood that is not normalised over the data (the "
+            notes.append(f"{', '.join(unnormalised)}: a likelihood that is not normalised over the data (the "
                          "robust RVM's weighted likelihood), so their ELBOs bound a different quantity from the "
                          "others' evidence: compare them by='loo' or by held-out error, and among themselves by ELBO.")
         vague = {n: vague_hyperparameters(results[n]) for n in names}

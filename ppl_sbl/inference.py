@@ -443,6 +443,15 @@ class CAVIResult(ResultMethods, Saveable):
         return float(self.elbo_trace[-1])
 
     @property
+    def observed(self) -> dict:
+        """{observed site: value}: the prepared targets where the guide's data hold them (``data.t``),
+        else read from a trace of the program (:attr:`ppl_sbl.result.ResultMethods.observed`)."""
+        t = getattr(self.data, "t", None)
+        if t is None:
+            return super().observed
+        return {self.guide_spec.observed: np.asarray(t)}
+
+    @property
     def num_sweeps(self) -> int:
         """Sweeps made (the fast schedule: entries of its trace, one per move and per pass)."""
         return int(len(self.elbo_trace))
@@ -468,8 +477,8 @@ class CAVIResult(ResultMethods, Saveable):
                                       "split its ELBO into parts (ClosedFormGuide.elbo_parts).")
         terms = spec.compiled("elbo_parts", spec.elbo_parts)(self.state, self.data)
         parts = {k: float(v) for k, v in terms.items()}
-        if spec.elbo_exact is not None:
-            parts["local_bound"] = self.elbo - self.elbo_exact
+        if spec.elbo_exact is not None:  # the exact terms sum to elbo_exact
+            parts["local_bound"] = self.elbo - math.fsum(parts.values())
         return ordered_parts(parts)
 
     def loo_exact(self) -> Optional[np.ndarray]:

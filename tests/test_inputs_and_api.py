@@ -333,24 +333,33 @@ def test_datasets_shapes_and_sources():
     assert r.t_train.sum() == 125 and r.t_test.sum() == 500
 
 
-def test_cli_compare_prints_the_elbo_table(tmp_path):
+def test_cli_compare_prints_elbo_and_loo_tables(tmp_path):
+    import json
+
     # run outside the source tree, so that the installed package is what runs
-    out = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "sinc", "--max-sweeps", "300"],
-                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    out = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "sinc", "--max-sweeps", "300",
+                          "--json", "record.json"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "rvm (ARD)" in out.stdout and "ridge (shared precision)" in out.stdout
-    assert "elbo" in out.stdout and "test RMSE" in out.stdout
-    # CAVI's default schedule: fast for the ARD models (counted in moves), the sweep for the shared precision
-    assert "schedule" in out.stdout and "sweeps/moves" in out.stdout and "'sweeps/moves' counts" in out.stdout
-    rows = {line.split("  ")[0]: line.split() for line in out.stdout.splitlines()}
+    assert "by ELBO, with its parts" in out.stdout and "by leave-one-out predictive density" in out.stdout
+    assert "chosen by each criterion" in out.stdout and "test RMSE" in out.stdout
+    record = json.loads((tmp_path / "record.json").read_text())
+    by_elbo, by_loo = record["by_elbo"], record["by_loo"]
+    assert set(by_elbo) == set(by_loo) == {"rvm (ARD)", "ridge (shared precision)", "robust rvm"}
+    for row in by_elbo.values():
+        parts = row["log_lik"] + row["-kl_latent"] + row["-kl_hyper"] + row["log_norm"] + row["local_bound"]
+        assert parts == pytest.approx(row["elbo"], rel=1e-10)
     # n_relevant is judged per precision: the ridge fit's one precision is supported, so all 101
     # basis functions (100 RBFs and the bias) count; ARD keeps a few
-    header = next(line.split() for line in out.stdout.splitlines() if line.split()[:2] == ["rank", "elbo"])
-    column = header.index("n_relevant")
-    assert int(rows["ridge (shared precision)"][3 + column]) == 101
-    assert 0 < int(rows["rvm (ARD)"][2 + column]) < 101
-    assert "sweep" in rows["ridge (shared precision)"] and "fast" not in rows["ridge (shared precision)"]
-    assert "fast" in rows["rvm (ARD)"] and "fast" in rows["robust rvm"]
+    assert by_elbo["ridge (shared precision)"]["n_relevant"] == 101
+    assert 0 < by_elbo["rvm (ARD)"]["n_relevant"] < 101
+    assert by_elbo["ridge (shared precision)"]["schedule"] == "sweep" and by_elbo["rvm (ARD)"]["schedule"] == "fast"
+    assert by_elbo["rvm (ARD)"]["n_vague"] == 101 + 1 and by_elbo["ridge (shared precision)"]["n_vague"] == 1 + 1
+    # Gaussian likelihoods: exact LOO; the robust RVM's per-point weights: PSIS
+    assert by_loo["rvm (ARD)"]["loo"] == by_loo["ridge (shared precision)"]["loo"] == "exact"
+    assert by_loo["robust rvm"]["loo"] == "psis"
+    assert sum(row["weight"] for row in by_loo.values()) == pytest.approx(1.0)
+    assert any("vague hyperparameters" in note for note in record["notes"]) and "warning:" in out.stdout
+    assert set(record["width_chosen_by"]) == {"ELBO", "LOO", "held-out lpd"}
     helptext = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--help"], capture_output=True,
                               text=True, cwd=tmp_path)
     assert "--dataset" in helptext.stdout and "--delta" in helptext.stdout
