@@ -113,6 +113,31 @@ def test_derived_rvm_parts_equal_the_hand_written_ones_term_by_term(kind):
             _sums_to(pd, _call(derived, "elbo_exact", sd, dd))
 
 
+def test_derived_parts_with_a_factored_q_w_equal_the_hand_written_ones():
+    """A wide design (N < M/3): both guides hold q(w) in factored form (Woodbury), here their
+    starts (covariance I) with one random mean and random Gamma factors set in both; the parts
+    agree term by term and sum to elbo."""
+    rng = np.random.default_rng(7)
+    Phi = rng.normal(size=(5, 18))
+    t = Phi[:, 0] - Phi[:, 3] + 0.1 * rng.normal(size=5)
+    hand = resolve_guide(rvm.regression.closed_form_guide, (Phi, t), {})
+    derived = derived_guide(rvm.regression, Phi, t)
+    dh, dd = hand.prepare(Phi, t), derived.prepare(Phi, t)
+    sh, sd = hand.init(dh), derived.init(dd)
+    assert isinstance(sd.cov["w"], G.ActiveGaussian) and sh.w.base.shape == (18,)  # both factored
+    mean, (a, b), (e, f) = rng.normal(size=18), _random_gamma(rng, 18), _random_gamma(rng, 1)
+    sh = sh._replace(w=sh.w._replace(mean=jnp.asarray(mean)), alpha_shape=jnp.asarray(a), alpha_rate=jnp.asarray(b),
+                     gamma_shape=jnp.asarray(e[0]), gamma_rate=jnp.asarray(f[0]))
+    sd = sd._replace(mean={"w": jnp.asarray(mean)}, cov={"w": sd.cov["w"]._replace(mean=jnp.asarray(mean))},
+                     shape={"alpha": jnp.asarray(a), "gamma": jnp.asarray(e)},
+                     rate={"alpha": jnp.asarray(b), "gamma": jnp.asarray(f)})
+    ph, pd = _call(hand, "elbo_parts", sh, dh), _call(derived, "elbo_parts", sd, dd)
+    assert set(pd) == set(ph)
+    for name in ph:
+        assert pd[name] == pytest.approx(ph[name], rel=1e-10, abs=1e-10 * abs(ph["log_norm_alpha"])), name
+    _sums_to(pd, _call(derived, "elbo", sd, dd))
+
+
 def scaled_rvm(Phi, t=None, *, scale=2.0):
     """The RVM with its likelihood's log density multiplied by a constant."""
     alpha = numpyro.sample("alpha", dist.Gamma(1.0, 1e-2).expand([Phi.shape[1]]).to_event(1))
