@@ -1,6 +1,8 @@
 """Closed-form CAVI derived from the model's trace (``ppl_sbl.derived``): the derived updates and
 ELBO against the hand-written guides after every sweep, an edited model against NumPyro's Monte
 Carlo ELBO, and named errors outside the vocabulary."""
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -86,6 +88,9 @@ def test_s_grid_log_sum_bound_derived_equals_hand_written(model):
         assert float(gx(sd, dd)) == pytest.approx(float(hx(sh, dh)), rel=1e-10)
         _close(sd.mean["w"], sh.w.mean)
     assert float(ge(sd, dd)) <= float(gx(sd, dd))
+    # the ELBO's parts: exact expectations (no log-sum bound), summing to elbo_exact
+    parts = g.elbo_parts(sd, dd)
+    assert float(sum(parts.values())) == pytest.approx(float(gx(sd, dd)), rel=1e-10)
 
 
 def test_p_grid_regression_derived_equals_hand_written_after_every_sweep():
@@ -146,6 +151,9 @@ def test_derived_classification_bound_lies_below_monte_carlo():
     assert res.elbo <= res.elbo_exact
     check = ppl_sbl.check_guide(res, num_particles=4000)
     assert check.passed, check.message
+    parts = res.elbo_parts()  # exact terms plus local_bound = elbo - elbo_exact: they sum to elbo
+    assert parts["local_bound"] == pytest.approx(res.elbo - res.elbo_exact, rel=1e-12)
+    assert math.fsum(parts.values()) == pytest.approx(res.elbo, rel=1e-10)
 
 
 def _outlier_problem(seed=0, N=40, M=5):
@@ -172,6 +180,11 @@ def test_edited_model_elbo_equals_numpyro_monte_carlo():
     res = ppl_sbl.CAVI(student_t_rvm, tol=1e-10, max_sweeps=200).run(Phi, t)
     check = ppl_sbl.check_guide(res, num_particles=4000)
     assert check.passed, check.message
+    # the ELBO's parts, one -kl_ per latent site and the Gamma priors' normalisers, sum to it
+    parts = res.elbo_parts()
+    assert list(parts) == ["log_lik", "-kl_w", "-kl_alpha", "log_norm_alpha", "-kl_gamma", "log_norm_gamma",
+                           "-kl_lam", "log_norm_lam"]
+    assert math.fsum(parts.values()) == pytest.approx(res.elbo, rel=1e-10)
 
 
 def test_derived_result_exports_to_arviz_and_ranks_with_compare():

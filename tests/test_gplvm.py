@@ -64,6 +64,10 @@ def test_bound_equals_monte_carlo_uncollapsed_elbo(fitted, model):
     check = res.check_guide(num_particles=3000, seed=1)
     assert check.passed, check.message
     assert check.standard_error < 0.05 * abs(res.elbo)  # the check has power
+    # the bound's parts (E_q[ln p(Z | F)], -KL of q(X), -KL of q(U)) sum to the fit's bound
+    parts = res.elbo_parts()
+    assert list(parts) == ["log_lik", "-kl_X", "-kl_U"]
+    assert math.fsum(parts.values()) == pytest.approx(res.elbo, rel=1e-10)
 
 
 def test_bound_lies_below_monte_carlo_with_a_suboptimal_q_u(fitted):

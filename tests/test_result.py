@@ -1,5 +1,7 @@
 """The FitResult protocol: the three kinds of result (closed-form CAVI, sequential type-II, the
 Bayesian GPLVM) offer the same members, and the export and comparison layers read them alike."""
+import math
+
 import jax
 import numpy as np
 import pytest
@@ -39,6 +41,10 @@ def test_each_result_is_a_fit_result(results, kind):
     assert set(loglik) == {site} and loglik[site].shape[0] == 7 and np.all(np.isfinite(loglik[site]))
     assert np.isfinite(res.elbo) and res.elbo == pytest.approx(float(np.asarray(res.elbo_trace)[-1]))
     assert isinstance(res.inference, str) and res.bound == "none"
+    # the ELBO's parts: log_lik first, and they sum to the objective
+    parts = res.elbo_parts()
+    assert list(parts)[0] == "log_lik" and all(k.startswith(("-kl_", "log_norm_")) for k in list(parts)[1:])
+    assert math.fsum(parts.values()) == pytest.approx(res.elbo, rel=1e-10)
 
 
 def test_compare_ranks_every_kind_of_result(results):

@@ -32,10 +32,12 @@ A model outside the vocabulary raises :class:`NotConjugateError` naming the site
 
 One sweep updates the Gaussian factors (in the order the model declares them), then the Gamma
 factors (in that order), then the local-bound parameters, as the hand-written guides of
-:mod:`ppl_sbl.models` do; the ELBO is the expected log joint plus the entropies. A Gaussian factor
-whose terms are diagonal priors and one shared-precision likelihood with a low-rank Gram matrix
-is kept in factored form and updated by Woodbury (:func:`ppl_sbl.gaussian.update_active_gaussian`),
-as the hand-written RVM does; derived guides do not prune. The sweeps start where the
+:mod:`ppl_sbl.models` do; the ELBO is the expected log joint plus the entropies, and the guide's
+``elbo_parts`` splits it by site (``log_lik`` for the observed sites; ``-kl_<site>``, and for
+Gamma sites ``log_norm_<site>``, for the latent ones; :meth:`ppl_sbl.result.FitResult.elbo_parts`).
+A Gaussian factor whose terms are diagonal priors and one shared-precision likelihood with a
+low-rank Gram matrix is kept in factored form and updated by Woodbury
+(:func:`ppl_sbl.gaussian.update_active_gaussian`), as the hand-written RVM does; derived guides do not prune. The sweeps start where the
 hand-written guides start, at the data's scale: a noise precision shared by every point of an
 observed Normal site at 10 / var(observed values), each Gaussian factor's prior precision at the
 unit-information prior (the precision the other terms give each element, over the number of

@@ -13,7 +13,7 @@ from jax.scipy.special import digamma
 from .. import expfam, gaussian
 from ..bounds import expected_sigmoid
 from ..guide import ClosedFormGuide
-from .objective import expected_log_joint, linear_moments
+from .objective import expected_log_joint, expected_log_terms, linear_moments, prior_log_normalisers
 from .structure import (DerivedData, DerivedState, Structure, analyse, base_function, flat, monosum, stack_sites,
                         trace_model, unstack_sites, with_array_inputs)
 
@@ -232,6 +232,35 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
         exact = (stack_sites(state.shape, gamma), stack_sites(state.rate, gamma))
         return expected_log_joint(data, *moments(state, data), (state.xi, state.log_eta), exact=exact) + entropy(state)
 
+    def elbo_parts(state, data):
+        """The ELBO of q as named terms (:meth:`ppl_sbl.result.FitResult.elbo_parts`), each an exact
+        expectation (the Jaakkola-Jordan and log-sum bounds replaced by their values under q, by
+        quadrature, as in ``elbo_exact``): ``log_lik``, the expected log densities of the observed
+        sites, summed; for each latent site, in the model's order, ``-kl_<site>`` = E_q[s ln p(site
+        | parents)] + H[q(site)], and for a Gamma site (its prior's shape a0 and rate b0 are
+        constants) ``log_norm_<site>`` = sum E[s] (a0 ln b0 - ln Gamma(a0)), its prior's log
+        normalising constant, which ``-kl_<site>`` then leaves out. s is the site's log-density
+        scale (``numpyro.handlers.scale`` by a constant or a Gamma element; 1 without one), kept
+        inside the site's terms (``log_norm_<site>`` then depends on q only where s is a Gamma
+        element). They sum to ``elbo_exact`` where the model uses a bound, else to ``elbo``."""
+        exact = (stack_sites(state.shape, gamma), stack_sites(state.rate, gamma))
+        means, second, g_mean, g_log = moments(state, data)
+        logs = expected_log_terms(data, means, second, g_mean, g_log, (state.xi, state.log_eta), exact=exact)
+        norms = prior_log_normalisers(data, g_mean)
+        log_lik = 0.0
+        for name, value in logs.items():
+            if name not in sizes:  # an observed site
+                log_lik = log_lik + value
+        parts = {"log_lik": jnp.asarray(log_lik)}
+        for name in st.latent_order:
+            if name in gauss:
+                parts[f"-kl_{name}"] = logs[name] + expfam.gaussian_entropy(state.logdet[name], sizes[name])
+                continue
+            entropy_ = jnp.sum(expfam.gamma_entropy(state.shape[name], state.rate[name]))
+            parts[f"-kl_{name}"] = logs[name] - norms[name] + entropy_
+            parts[f"log_norm_{name}"] = norms[name]
+        return parts
+
     def guide_fn(state):
         def guide(*a, **kw):
             for name in st.latent_order:
@@ -311,4 +340,5 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
     bound = "+".join(b for b, on in (("jaakkola-jordan", has_jj), ("log-sum", has_sum)) if on) or "none"
     return ClosedFormGuide(prepare=prepare, init=jax.jit(init), update=update, elbo=elbo, guide=guide_fn, predict=predict,
                            relevance=relevance, elbo_exact=elbo_exact if (has_jj or has_sum) else None,
+                           elbo_parts=elbo_parts,
                            bound=bound, observed=st.observed)

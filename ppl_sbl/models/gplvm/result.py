@@ -15,7 +15,7 @@ from ppl_sbl.result import ResultMethods
 from ppl_sbl.portable import Saveable
 from ppl_sbl.validation import check_matrix
 
-from .collapsed import optimal_q_u, q_x, unpack
+from .collapsed import data_term_parts, optimal_q_u, q_x, unpack
 from .latent import VARIANCE_FLOOR, precisions, whiten
 from .programs import PROGRAMS, guide, prior_cov
 
@@ -233,6 +233,30 @@ class GPLVMResult(ResultMethods, Saveable):
         u_mean, u_cov = optimal_q_u(self.kernel_params, self.inducing, self.stats, self.Z, 1.0 / self.noise_var,
                                     self.jitter)
         return functools.partial(guide, q_mean=mu, q_cov=cov, u_mean=u_mean, u_cov=u_cov)
+
+    def elbo_parts(self):
+        """The bound (5.20) as the terms of the uncollapsed ELBO with q(U) at its optimum, each in
+        nats, summing to :attr:`elbo` (no hyperpriors: the kernels' parameters, the noise precision
+        and the inducing inputs are point estimates):
+
+        ``log_lik``
+            E_q[ln p(Z | F)] under q(X) q(U) p(F | U, X) (5.11): the expected log-likelihood of
+            the (centred) outputs, N D ln(beta / 2 pi) / 2 - beta sum_d E||z_d - f_d||^2 / 2
+            through the Psi statistics (5.22-5.24), including the trace term -beta D (psi0 -
+            tr(K_uu^-1 Psi2)) / 2 (:func:`.collapsed.data_term_parts`).
+        ``-kl_X``
+            -KL(q(X) || p(X)): p(X | Y) the GP-latent prior N(0, K_Y) per latent dimension (5.2),
+            the KL term of (5.20) (:func:`.latent.latent_posterior`); N(0, I) for the
+            unsupervised model.
+        ``-kl_U``
+            -sum_d KL(q(u_d) || N(0, K_uu)), q(U) the optimal one that the bound collapses
+            (Titsias 2009; :func:`.collapsed.optimal_q_u`).
+
+        ``log_lik - kl_U`` is the collapsed data term F~ of (5.20). F is drawn from p(F | U, X) in
+        both the program and the guide, so it has no KL term."""
+        mu, var, kl_x = self._qx[0], self._qx[1], self._qx[2]
+        log_lik, kl_u = data_term_parts(mu, var, self.free, self.fixed, self.Z, self.jitter)
+        return {"log_lik": float(log_lik), "-kl_X": -float(kl_x), "-kl_U": -float(kl_u)}
 
     def check_guide(self, num_particles=2000, seed=0, num_se=4.0, rtol=1e-6):
         """NumPyro's Monte Carlo ``Trace_ELBO`` of the program and :attr:`guide` (the uncollapsed

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any, Optional
 
 import numpy as np
@@ -15,7 +16,7 @@ from ppl_sbl.portable import Saveable
 
 from .algebra import rank_one
 from .design import design_rows, point_rows
-from .program import guide, model
+from .program import LOG_2PI, guide, model
 
 __all__ = ["SBLState", "predict"]
 
@@ -202,6 +203,61 @@ class SBLState(ResultMethods, Saveable):
         return super().check_guide(num_particles=num_particles, seed=seed, num_se=num_se, rtol=rtol)
 
     inference = "type-II maximum likelihood (fast marginal likelihood), exact Gaussian guide"
+
+    def elbo_parts(self):
+        """L as the two terms of the ELBO of the exact guide q(c) = N(mu, Sigma) (no hyperpriors:
+        alpha and sigma^2 are point estimates, so there are no ``-kl_`` or ``log_norm_`` terms for
+        them), each in nats, summing to :attr:`elbo` = L:
+
+        ``log_lik``
+            E_q[ln p(y | c)] = -N/2 ln(2 pi sigma^2) - (||y - D_a mu||^2 + tr(D_a^T D_a Sigma)) / (2 sigma^2).
+        ``-kl_c``
+            -KL(q(c) || p(c | alpha)) = (sum_k ln alpha_k + ln|Sigma| + K - sum_k alpha_k (mu_k^2 +
+            Sigma_kk)) / 2, the Occam factor of the active coefficients.
+
+        With q the exact posterior given alpha and sigma^2 the ELBO is L itself: L = E_q[ln p(y |
+        c)] - KL(q(c) || p(c | alpha)) + KL(q(c) || p(c | y)), the last term 0. The site of the
+        coefficients in :func:`model` is ``c``."""
+        N = self.num_samples
+        beta = 1.0 / self.noise_var
+        const = -0.5 * N * (LOG_2PI + math.log(self.noise_var))
+        if len(self.active) == 0:
+            return {"log_lik": float(const - 0.5 * beta * self.y @ self.y), "-kl_c": 0.0}
+        Da = design_rows(self, np.arange(N))[:, self.active]
+        Sigma, mu, alpha = self.Sigma, self.mu, self.alpha[self.active]
+        resid = self.y - Da @ mu
+        spread = np.sum((Da @ Sigma) * Da)  # tr(D_a^T D_a Sigma)
+        log_lik = const - 0.5 * beta * (resid @ resid + spread)
+        _, logdet = np.linalg.slogdet(Sigma)
+        kl = 0.5 * (np.sum(np.log(alpha)) + logdet + len(alpha) - alpha @ (mu**2 + np.diag(Sigma)))
+        return {"log_lik": float(log_lik), "-kl_c": float(kl)}
+
+    def loo_exact(self):
+        """(N,) ln p(y_n | y_{-n}), the exact leave-one-out log predictive density of every sample
+        with alpha and sigma^2 held at their fitted values (they were fitted to all N samples).
+
+        Without sample n the posterior of c has precision Sigma^-1 - beta d_n d_n^T (beta =
+        1/sigma^2, d_n the sample's active row) and mean Sigma_{-n} (Sigma^-1 mu - beta d_n y_n);
+        by Sherman-Morrison, with s_n = d_n^T Sigma d_n, m_n = d_n^T mu and the leverage h_n =
+        beta s_n (in [0, 1)), the predictive of eq. (1) at d_n becomes
+
+            mean (m_n - h_n y_n) / (1 - h_n),   variance sigma^2 + s_n / (1 - h_n) = sigma^2 / (1 - h_n),
+
+        so y_n - mean = (y_n - m_n) / (1 - h_n) and
+
+            ln p(y_n | y_{-n}) = -(ln(2 pi sigma^2) - ln(1 - h_n) + (y_n - m_n)^2 / (sigma^2 (1 - h_n))) / 2.
+
+        O(N K^2); no refit. Their sum is the exact LOO estimate elpd_loo (to compare with
+        ``az.loo`` on :meth:`to_inference_data`)."""
+        N = self.num_samples
+        y = np.asarray(self.y, dtype=np.float64)
+        if len(self.active) == 0:
+            return -0.5 * (LOG_2PI + math.log(self.noise_var) + y**2 / self.noise_var)
+        Da = design_rows(self, np.arange(N))[:, self.active]
+        s = np.sum((Da @ self.Sigma) * Da, axis=1)
+        m = Da @ self.mu
+        keep = 1.0 - s / self.noise_var  # 1 - h_n
+        return -0.5 * (LOG_2PI + math.log(self.noise_var) - np.log(keep) + (y - m) ** 2 / (self.noise_var * keep))
 
     def sample(self, key, num_samples):
         """Draws of the active coefficients from q(c) = N(mu, Sigma): {"c": (num_samples, K)}."""
