@@ -164,6 +164,11 @@ def compare(results: dict, *, by: str = "elbo", sort: bool = True, num_samples: 
     if by not in ("elbo", "loo"):
         raise ValueError(f"`by` must be 'elbo' or 'loo'; got {by!r}.")
     results = dict(results)
+    if by == "loo":
+        sizes = {name: sum(int(np.size(v)) for v in res.observed.values()) for name, res in results.items()}
+        if len(set(sizes.values())) > 1:
+            raise ValueError(f"compare(by='loo') needs fits of the same observations; the numbers of observed values "
+                             f"differ: {sizes}. Fit every model to the same data.")
     _warn_if_incommensurable(results, by)
     if by == "loo":
         return _compare_loo(results, num_samples, seed, loo_method)
@@ -211,9 +216,11 @@ def _observed(result):
 
 
 def _same_data(a, b):
-    if set(a) != set(b):
+    """The same observed values (site names may differ: ``t`` of the RVMs, ``y`` of the sequential SBL)."""
+    if len(a) != len(b):
         return False
-    return all(a[k].shape == b[k].shape and np.array_equal(a[k], b[k]) for k in a)
+    pairs = zip(a.values(), b.values()) if len(a) == 1 else ((a.get(k), b.get(k)) for k in a)
+    return all(x is not None and y is not None and x.shape == y.shape and np.array_equal(x, y) for x, y in pairs)
 
 
 def _warn_if_incommensurable(results, by):

@@ -56,9 +56,11 @@ def test_compare_ranks_every_kind_of_result(results):
         assert table.loc[name, "elbo"] == pytest.approx(res.elbo)
         assert table.loc[name, "n_relevant"] == int(np.sum(res.relevant))
         assert sum(res.elbo_parts().values()) == pytest.approx(res.elbo, rel=1e-10)
-    with pytest.warns(ppl_sbl.ComparisonWarning, match="different observed data"):
-        by_loo = ppl_sbl.compare(results, by="loo", num_samples=200)
-    assert set(by_loo.index) == set(results)
+    with pytest.raises(ValueError, match="same observations"):  # the GPLVM's Z against t
+        ppl_sbl.compare(results, by="loo", num_samples=200)
+    same_data = {k: results[k] for k in ("cavi", "sequential")}  # both fitted to t (sites t and y)
+    by_loo = ppl_sbl.compare(same_data, by="loo", num_samples=200)
+    assert set(by_loo.index) == set(same_data) and set(by_loo["loo"]) == {"exact"}
     assert by_loo["weight"].sum() == pytest.approx(1.0)
 
 
