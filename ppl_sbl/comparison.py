@@ -155,7 +155,7 @@ def compare(results: dict, *, by: str = "elbo", sort: bool = True, num_samples: 
     Warns with :class:`ComparisonWarning` when the fits were fitted to different observed data
     (either ``by``), and, for ``by="elbo"``, when they were made by different schedules (the fast
     schedule's ELBO belongs to a restricted family: ``result.refine()``), when a likelihood is not
-    normalised (the robust RVM's weighted likelihood), or when two fits differ in their number of
+    normalised (the robust RVM's weighted likelihood) beside normalised ones, or when two fits differ in their number of
     vague hyperparameters and their ELBO difference is within the difference of their hyperpriors'
     constants.
     """
@@ -236,7 +236,7 @@ def _warn_if_incommensurable(results, by):
         else:
             groups.append([n])
     if len(groups) > 1:
-        notes.append("the fits were fitted to different observed data (" + "; ".join(", ".join(g) for g in groups)
+        notes.append("the fits were fitted to different observed data (" + "; ".join(", ".join(map(str, g)) for g in groups)
                      + "): neither their ELBOs nor their ELPDs are comparable; fit every model to the same data.")
     if by == "elbo":
         schedules = {n: _schedule(results[n]) for n in names}
@@ -246,8 +246,8 @@ def _warn_if_incommensurable(results, by):
                          + "); a fast-schedule ELBO belongs to a restricted family (frozen coefficients) and lies "
                          "below the sweep's fixed point: call result.refine() on the fast fits, or compare by='loo'.")
         unnormalised = [n for n in names if not getattr(results[n], "likelihood_normalised", True)]
-        if unnormalised:
-            notes.append(f"{', '.join(unnormalised)}: a likelihood that is not normalised over the data (the "
+        if unnormalised and len(unnormalised) < len(names):
+            notes.append(f"{', '.join(map(str, unnormalised))}: a likelihood that is not normalised over the data (the "
                          "robust RVM's weighted likelihood), so their ELBOs bound a different quantity from the "
                          "others' evidence: compare them by='loo' or by held-out error, and among themselves by ELBO.")
         vague = {n: vague_hyperparameters(results[n]) for n in names}

@@ -261,9 +261,10 @@ print(f"median E[alpha_k]: relevant {np.median(e_alpha[res.relevant]):.3g}, "
 # The ELBO is a lower bound on the log evidence $\ln p(t)$, so it can rank models. As an
 # alternative we fit the same basis with **one shared precision** for all weights
 # (`groups=np.zeros(M, int)`): that is Bayesian ridge regression, which shrinks every weight
-# by the same amount and switches none off. `compare` ranks fits by ELBO; `weight` is
-# proportional to $\exp(\text{ELBO})$, the approximate posterior model probability under equal
-# prior odds.
+# by the same amount and switches none off. `compare` ranks fits by ELBO and shows its parts:
+# `log_lik` (the expected log-likelihood), the KL terms of the weights (`-kl_latent`) and of the
+# precisions (`-kl_hyper`), and `log_norm`, the hyperpriors' log normalising constants, which
+# depend on neither the data nor the fit. Watch that last column.
 
 # %%
 # one shared precision: the fast schedule does not apply (`groups=`), so the default runs the sweep

@@ -532,7 +532,8 @@ plt.show()
 #
 # **Choosing $Q$ by the bound.** The bound approximates $\log p(Z \mid Y)$, so it can rank
 # supervised fits that differ in the latent dimension (or the prior kernel, or $M$):
-# `ppl_sbl.compare` sorts them and turns the differences into weights $\propto e^{\mathcal F}$.
+# `ppl_sbl.compare` sorts them and shows each bound's parts (`result.elbo_parts()`: the data term
+# and the KL of the latent points and of the inducing outputs).
 # Bounds compare **only models of the same outputs** given the same inputs: the supervised bound
 # is a density over the labels, the autoencoder's over the 64 pixels given themselves, the
 # unsupervised one over the pixels alone. Their values are on unrelated scales (and a fixed
@@ -548,7 +549,7 @@ for q in COMPARE_DIMS:
 table = ppl_sbl.compare(fits)
 table["test accuracy (1-NN)"] = [np.mean(one_nn(fits[name].latent_mean, labels_train, fits[name].transform(Y_test))
                                          == labels_test) for name in table.index]
-print(table[["rank", "elbo", "d_elbo", "weight", "n_relevant", "converged", "test accuracy (1-NN)"]]
+print(table[["rank", "elbo", "d_elbo", "log_lik", "-kl_latent", "n_relevant", "converged", "test accuracy (1-NN)"]]
       .to_string(float_format=lambda v: f"{v:.3f}"))
 print("\nnot comparable with the table (other outputs): "
       + ", ".join(f"{m} bound {r.elbo:.1f}" for m, r in others.items()))

@@ -275,12 +275,15 @@ print(f"largest |mean difference| / NUTS sd: {np.max(np.abs(mu - w_nuts.mean(0))
 # ## 4. Which edit do the data support? Rank by ELBO
 #
 # All five models explain the same targets, so their ELBOs (lower bounds on the log evidence)
-# can be compared. `ppl_sbl.compare` turns them into a ranking with approximate posterior model
-# probabilities:
+# can be compared. `ppl_sbl.compare` ranks them and shows what each ELBO is made of: the expected
+# log-likelihood, the KL terms, and `log_norm`, the hyperpriors' log normalising constants, which
+# differ between models with different numbers of precisions (tutorial 08 compares models by
+# leave-one-out as well):
 
 # %%
 table_of_models = ppl_sbl.compare(results)
-print(table_of_models[["rank", "elbo", "d_elbo", "weight"]].to_string())
+print(table_of_models[["rank", "elbo", "d_elbo", "log_lik", "-kl_latent", "-kl_hyper", "log_norm", "n_vague"]]
+      .to_string())
 
 # %% [markdown]
 # Heavy-tailed noise pays off on data with outliers, and the table prior, which needs only
