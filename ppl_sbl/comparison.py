@@ -142,8 +142,8 @@ def compare(results: dict, *, by: str = "elbo", sort: bool = True, num_samples: 
         ``-kl_latent`` for the weights or latent points, ``-kl_hyper`` for the hyperparameters,
         ``log_norm`` for the hyperpriors' log normalising constants, ``local_bound``; they sum to
         elbo, see :meth:`ppl_sbl.result.FitResult.elbo_parts`; elbo - local_bound is the exact
-        ELBO of q where the objective uses a local bound), n_vague (hyperparameters with vague priors, :func:`vague_hyperparameters`),
-        n_relevant (basis functions in the fit's ``relevant`` mask, -1 where it has none),
+        ELBO of q where the objective uses a local bound), n_vague (hyperparameters with vague
+        priors, :func:`vague_hyperparameters`), n_relevant (basis functions in the fit's ``relevant`` mask, -1 where it has none),
         n_effective (sum_k 1 - E[alpha_k] Var[w_k]), schedule, converged, bound. No weights: the
         ELBO is a bound, and exp(elbo) normalised over models is a model probability only under
         equal priors, proper hyperpriors and tight bounds.
@@ -236,7 +236,8 @@ def _warn_if_incommensurable(results, by):
         else:
             groups.append([n])
     if len(groups) > 1:
-        notes.append("the fits were fitted to different observed data (" + "; ".join(", ".join(map(str, g)) for g in groups)
+        listed = "; ".join(", ".join(map(str, g)) for g in groups)
+        notes.append(f"the fits were fitted to different observed data ({listed}"
                      + "): neither their ELBOs nor their ELPDs are comparable; fit every model to the same data.")
     if by == "elbo":
         schedules = {n: _schedule(results[n]) for n in names}
