@@ -128,12 +128,13 @@ class ClosedFormGuide:
         noise prior's mean is 1; :mod:`ppl_sbl.priors`). The stopping rules compare ELBO changes
         with |ELBO - unit_offset|, a unit-free size, so that rescaling the data does not change
         when a fit stops. None: 0 (labels, which have no units).
-    fast(*args, tol, max_passes, progress, **kwargs) -> (data, state, fit) or None
+    fast(*args, tol, max_passes, progress, vague_only, **kwargs) -> (data, state, fit) or None
         The fast schedule (``CAVI(model, schedule="fast")``, and ``CAVI(model)``'s default
         ``schedule="auto"``, :mod:`ppl_sbl.fast_ard`): the data, the guide's state for the
         restricted family it ends in, and its :class:`ppl_sbl.fast_ard.FastFit` (ELBO trace,
         active set, which of it the data support). For arguments it does not take (e.g. the
-        RVM's ``groups``) it raises :class:`ppl_sbl.fast_ard.NotApplicable` before any fitting
+        RVM's ``groups``; with ``vague_only``, which the default schedule passes, hyperpriors
+        that are not vague) it raises :class:`ppl_sbl.fast_ard.NotApplicable` before any fitting
         work, and the default schedule runs the sweep instead.
 
     The guide owns the compiled forms of its functions (:meth:`compiled`): every run of the

@@ -115,9 +115,14 @@ class CAVI:
         the model. ``"fast"``: the fast variational schedule of the ARD family
         (:mod:`ppl_sbl.fast_ard`; the models whose guide has one: ``rvm.regression``,
         ``rvm.classification``, ``rvm.multiclass``, ``robust_rvm.classification``,
-        ``robust_rvm.regression``): from the empty model, one coefficient at a time, adds of the
-        coefficients the data support and re-estimates of their precisions to the closed-form
-        fixed point, the likelihood's factors updated between passes; it stops after a pass
+        ``robust_rvm.regression``): from the empty model, one coefficient at a time, adds and
+        re-estimates of their precisions to the closed-form fixed point, the likelihood's factors
+        updated between passes. Under vague hyperpriors on the precisions (a0 <
+        :data:`ppl_sbl.priors.VAGUE_SHAPE`, as the defaults are) a coefficient is added only where
+        the data support it (q^2 > s): a sparse fit, a little below the dense fixed point (the
+        frozen coefficients' small gains, :mod:`ppl_sbl.fast_ard`, "Sparsity"); under proper ones
+        by the exact comparison of its ELBO in and out of the model, towards the dense fixed point
+        (which a strongly collinear design can keep it from reaching). It stops after a pass
         that made no move and changed the ELBO by at most ``tol`` and the likelihood's factors by
         at most sqrt(``tol``) (relative), the sweep's rule (:func:`ppl_sbl.fast_ard.schedule`;
         ``rvm.multiclass``: after a pass that changed the ELBO by at most ``tol``), and
@@ -126,9 +131,13 @@ class CAVI:
         take (:class:`ppl_sbl.fast_ard.NotApplicable`, e.g. ``groups=`` of the RVM models).
         ``"auto"`` (default): the fast schedule where it applies, i.e. the resolved guide has one,
         ``prune`` is true, no ``init_state`` is given and the fast schedule takes the call's
-        arguments (it raises :class:`~ppl_sbl.fast_ard.NotApplicable` before any fitting work
-        otherwise, e.g. for ``groups=``); the sweep everywhere else (grid RVMs, derived guides,
-        ``groups=``, ``init_state=``, ``prune=False``). ``prune=False`` always means the plain
+        arguments with vague hyperpriors on the precisions (it raises
+        :class:`~ppl_sbl.fast_ard.NotApplicable` before any fitting work otherwise, e.g. for
+        ``groups=`` or for a0 >= :data:`ppl_sbl.priors.VAGUE_SHAPE`, whose ELBO has its optimum
+        with every coefficient in the model); the sweep everywhere else (grid RVMs, derived
+        guides, ``groups=``, ``init_state=``, ``prune=False``, proper hyperpriors such as
+        a0 = b0 = 1e-2). :meth:`CAVIResult.refine` continues a fast fit with the sweep to its
+        fixed point. ``prune=False`` always means the plain
         sweep over every coefficient, whatever the schedule. ``result.schedule`` says which
         schedule ran. :meth:`init` and :meth:`step` are the sweep's, whatever the schedule.
     """
@@ -185,7 +194,7 @@ class CAVI:
             return self._run_fast(g, args, kwargs)
         if self.schedule == "auto" and self.prune and init_state is None and g.fast is not None:
             try:
-                return self._run_fast(g, args, kwargs)
+                return self._run_fast(g, args, kwargs, vague_only=True)
             except fast_ard.NotApplicable:
                 pass  # arguments the fast schedule does not take (raised before any fitting work): the sweep
         state, data = self._init(g, args, kwargs, init_state)
@@ -281,7 +290,7 @@ class CAVI:
             guide_choice=self.guide,
         )
 
-    def _run_fast(self, g, args, kwargs):
+    def _run_fast(self, g, args, kwargs, vague_only=False):
         if g.fast is None:
             name = getattr(self.model, "__name__", repr(self.model))
             raise ValueError(f"model {name} has no fast schedule; use schedule='sweep'.")
@@ -291,7 +300,8 @@ class CAVI:
         def progress(passes, moves, value, active):
             bar[0] = self._progress(bar[0], start, passes, 1, value)
 
-        data, state, fit = g.fast(*args, tol=self.tol, max_passes=int(self.max_sweeps), progress=progress, **kwargs)
+        data, state, fit = g.fast(*args, tol=self.tol, max_passes=int(self.max_sweeps), progress=progress,
+                                  vague_only=vague_only, **kwargs)
         if bar[0] is not None:
             bar[0].close()
         if not fit.converged:
@@ -402,6 +412,8 @@ class CAVIResult(ResultMethods, Saveable):
         rule)
     prune_events : list of (sweep, number of active coefficients after pruning at that sweep),
         for the prunes that were kept
+    refined_by : for a result of :meth:`refine`, how many nats the sweep raised the ELBO above
+        the fit it continued (``elbo - elbo_trace[0]``); None otherwise
 
     Models may add summaries of the fitted state as further attributes (``ClosedFormGuide.extras``),
     e.g. ``result.outlier_score`` of the robust RVM.
@@ -423,6 +435,7 @@ class CAVIResult(ResultMethods, Saveable):
     relevant_mask: Optional[np.ndarray] = None
     num_moves: Optional[int] = None
     guide_choice: Any = None
+    refined_by: Optional[float] = None
 
     # saving: the guide is stored as the choice that found it (``CAVI``'s ``guide``: the model's
     # attached guide, the derived one, or a ClosedFormGuide given by the caller) and found again
@@ -653,6 +666,54 @@ class CAVIResult(ResultMethods, Saveable):
             if name in extras:
                 return np.asarray(extras[name])
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def refine(self, *, tol=None, max_sweeps=MAX_SWEEPS, progress_bar=False, verbose=False) -> "CAVIResult":
+        """This fit continued with the sweep, without pruning, to the ELBO's own fixed point: a new
+        result (``schedule == "sweep"``), for comparisons that need the exact optimum of the bound.
+
+        The sweep starts from this fit's factors. For the models with a fast schedule (the ARD
+        family, whose sweep updates q(w) first, from the other factors) every coefficient comes
+        back into the model: q(w) becomes the full Gaussian at its optimum given this fit's
+        q(alpha) (a frozen coefficient's q(alpha_k) is at the maximiser of (2) of
+        :mod:`ppl_sbl.fast_ard`, its optimum in the restricted family), q(gamma), xi and the robust
+        weights, and the sweeps go on from there, none pruned. Its fixed point is therefore the one
+        of ``CAVI(model, schedule="sweep", prune=False)`` (``prune=True``, the sweep's default,
+        freezes coefficients whose freeze cost is below ``prune_threshold`` nats and stops a little
+        below it). For other guides the sweep continues from the fit's state as it is (coefficients
+        the fit pruned stay frozen). A sweep fit is continued the same way (an unpruned, converged
+        one stops after two sweeps, the fewest the stopping rule takes).
+
+        Every step is a coordinate ascent step of the ELBO from this fit's state, so the bound never
+        falls: ``elbo_trace`` starts at this fit's ELBO, then holds the ELBO after every sweep (so
+        ``num_sweeps``, its length, is the sweeps made plus one), and ``refined_by`` is the rise,
+        ``elbo - elbo_trace[0]`` (printed with ``verbose``).
+
+        Parameters
+        ----------
+        tol : the sweep's stopping rule (:class:`CAVI`); default: this fit's ``tol``.
+        max_sweeps : upper limit on the sweeps.
+        progress_bar : as :class:`CAVI`'s.
+        verbose : print one line: the ELBO before and after, the rise and the sweeps made.
+        """
+        cavi = CAVI(self.model, guide=self.guide_choice, tol=self.tol if tol is None else tol, max_sweeps=max_sweeps,
+                    prune=False, progress_bar=progress_bar, schedule="sweep")
+        start = time.perf_counter()
+        state = self.state
+        if self.guide_spec.fast is not None:
+            template, _ = cavi.init(*self.args, **self.kwargs)  # every coefficient in the model
+
+            def is_q(leaf):
+                return isinstance(leaf, gaussian.ActiveGaussian)
+
+            state = jax.tree.map(lambda mine, full: full if is_q(mine) else mine, state, template, is_leaf=is_q)
+        result = cavi.run(*self.args, init_state=engine.strong(state), **self.kwargs)
+        before = self.elbo
+        rise = result.elbo - before
+        if verbose:
+            print(f"refine: ELBO {before:.6g} -> {result.elbo:.6g} (+{rise:.4g} nats) in {result.num_sweeps} "
+                  f"sweeps{'' if result.converged else ', not converged'}")
+        return dataclasses.replace(result, elbo_trace=np.concatenate([[before], result.elbo_trace]),
+                                   seconds=time.perf_counter() - start, refined_by=float(rise))
 
     def __repr__(self):
         n_rel = int(np.sum(self.relevant))

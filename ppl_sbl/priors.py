@@ -26,18 +26,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["target_spread", "column_spread", "weight_rate", "noise_rate", "check_rate", "VAGUE_SHAPE", "is_vague"]
+__all__ = ["VAGUE_SHAPE", "is_vague", "target_spread", "column_spread", "weight_rate", "noise_rate", "check_rate"]
 
 VAGUE_SHAPE = 1e-3
-"""A Gamma(a0, b0) hyperprior is vague when its shape a0 < VAGUE_SHAPE: near the improper limit
-p(x) ~ 1/x, where its log normalising constant a0 ln b0 - ln Gamma(a0) ~ -ln(1/a0) is at least
-6.9 nats per element and the fast schedule's rule (q^2 > s, the limit a0 -> 0) is the ELBO's own
-(:mod:`ppl_sbl.fast_ard`). a0 = 1e-2, a proper prior of small weight, is not vague."""
+"""The shape below which a Gamma(a0, b0) hyperprior on a precision is vague (:func:`is_vague`).
+
+A coefficient's q(alpha_k) has shape a0 + 1/2: the hyperprior gives it a0, the one draw w_k of
+N(0, 1/alpha_k) the other 1/2. Below 1e-3 the hyperprior's share a0 / (a0 + 1/2) is under 0.2%,
+so q(alpha_k) is the data's to that accuracy, and its normalising constant a0 ln b0 - ln Gamma(a0)
+(about ln a0, below -6.9 nats per precision) is a constant of the prior rather than of the data,
+one that grows without bound as a0 -> 0. The library's defaults (a0 = 1e-6; 1e-5 for the robust
+RVM classifier) are vague; a0 = 1e-2, a common weakly informative choice (2% of the shape), and
+larger shapes are not. Used by the fast schedule's entry rule (:mod:`ppl_sbl.fast_ard`,
+"Sparsity") and by ``CAVI``'s ``schedule="auto"``, which runs the fast schedule only under vague
+priors."""
 
 
-def is_vague(shape) -> bool:
-    """Whether Gamma priors with these shapes are all vague (shape < :data:`VAGUE_SHAPE`)."""
-    return bool(np.all(np.asarray(shape) < VAGUE_SHAPE))
+def is_vague(shape):
+    """Whether a Gamma hyperprior of shape ``shape`` (a0) is vague: ``shape < VAGUE_SHAPE``. Shape 0
+    (the improper limit a0 = b0 = 0) is vague."""
+    return float(shape) < VAGUE_SHAPE
 
 
 def target_spread(t):

@@ -65,7 +65,7 @@ of passes bounds the work). Between passes the likelihood factor updates itself 
 (W, r), and each frozen q(alpha_k) goes to the maximiser of (2). Every move and every update is
 a coordinate ascent step of the restricted-family ELBO, so the ELBO never decreases.
 
-Sparsity: the pruning condition. A frozen coefficient is the special case of an active one that
+Sparsity: the entry condition. A frozen coefficient is the special case of an active one that
 is independent of the rest with mean zero, and s_k <= h_k, so
 
     f_in(x) - f_out(x) = q_k^2 / (2 (x + s_k)) + 1/2 ln((x + h_k) / (x + s_k)) >= 0   for every x:
@@ -77,12 +77,27 @@ nats by entering (for small b0 the maxima of (1) and (2) are near -sqrt(2 b0 (s_
 and -sqrt(2 b0 h_k)): the ELBO's own optimum has every coefficient in the model, as the plain
 sweep's fixed point does. The gains vanish with a0 = b0 = 0, where both maxima tend to 0 at
 x = inf when q_k^2 <= s_k and the condition "k belongs in the model iff max f_in > max f_out"
-becomes Shutin et al.'s (and Tipping & Faul's) q_k^2 > s_k. The schedule takes that as the
-pruning condition for every prior: a frozen coefficient enters only when the data support it,
-q_k^2 > s_k; an active one is never frozen (that would lower the ELBO) and one the data stop
-supporting goes on at the maximiser of (1), a large E[alpha_k] of order sqrt(s_k / (2 b0)) with
-a negligible mean; the relevant coefficients are the active ones the data support. The
-frozen coefficients cost the ELBO the sum of their gains above against the dense fixed point.
+becomes Shutin et al.'s (and Tipping & Faul's) q_k^2 > s_k. :func:`schedule` takes one of the two
+by the prior (``entry`` chooses otherwise):
+
+* vague (:func:`ppl_sbl.priors.is_vague`: a0 < ``ppl_sbl.priors.VAGUE_SHAPE``, as the defaults
+  are): the limit's condition. A frozen coefficient enters only when the data support it,
+  q_k^2 > s_k, and it passes the alignment test (below); the fit is sparse, and the frozen
+  coefficients cost the ELBO the sum of their gains above against the dense fixed point (each
+  at most sqrt(2 b0 h_k); with the default rates b0 = a0 in the units the schedule works in,
+  :func:`standard_units`, so the cost grows like sqrt(a0));
+* proper (a0 >= ``VAGUE_SHAPE``): the exact comparison. An add's gain is max f_in - max f_out,
+  and it is made, like any other move, when that is the largest gain and above the floor
+  tol |ELBO|; every frozen coefficient whose column the statistics resolve is a candidate, the
+  ones the data do not support included (they enter at a large E[alpha_k]), and the alignment
+  test does not apply (E[alpha] keeps the active block's precision from being singular; the
+  spread limit below still guards the moves). The fit goes to the ELBO's dense optimum, unless
+  the spread limit stops the adds on a strongly collinear design: ``CAVI``'s default schedule
+  runs the sweep under such priors, and ``CAVIResult.refine()`` continues any fast fit with it.
+
+Either way an active coefficient is never frozen (that would lower the ELBO), and one the data
+stop supporting goes on at the maximiser of (1), a large E[alpha_k] of order sqrt(s_k / (2 b0))
+with a negligible mean; the relevant coefficients are the active ones the data support.
 
 Several outputs. A likelihood factor with ``num_outputs`` = C (the multinomial probit's q(y):
 :class:`MultinomialProbit`) has C coefficient vectors on one design, each with its own ARD prior
@@ -94,10 +109,11 @@ moves above on its own (W_c, r_c), and the factor's update between passes couple
 Collinear designs. A column of zeros (h_k = 0, hence s_k = q_k = 0) never enters the model; a
 column whose leave-one-out precision is below ``1e-10`` of its own data precision lies in the
 span of the active columns to working precision (s_k may even come out negative from rounding):
-it is not added if frozen, nor re-estimated if active; and a frozen column whose |cosine| with
-an active column exceeds ``MAX_ALIGNMENT`` (1 - 1e-3) is nearly collinear with it (Tipping's
-SparseBayes's alignment test) and is not added. The statistics S and Q come from the Gram matrix,
-so their rounding error grows with the conditioning of the active block, measured by its spread
+it is not added if frozen, nor re-estimated if active; and, under vague priors, a frozen column
+whose |cosine| with an active column exceeds ``MAX_ALIGNMENT`` (1 - 1e-3) is nearly collinear with
+it (Tipping's SparseBayes's alignment test) and is not added. The statistics S and Q come from the
+Gram matrix, so their rounding error grows with the conditioning of the active block, measured by
+its spread
 
     kappa = sum_{k in A} (h_k + x_k) Sigma_kk,
 

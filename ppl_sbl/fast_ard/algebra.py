@@ -7,6 +7,7 @@ import cmath
 import math
 
 import numpy as np
+import scipy.linalg
 from scipy.special import digamma, gammaln
 
 __all__ = ["in_model_value", "frozen_value", "in_model_optimum", "frozen_optimum"]
@@ -393,3 +394,14 @@ def w_alpha_terms(active, mu, Sigma, frozen_var, alpha_shape, alpha_rate, a0, b0
     log_det = (np.linalg.slogdet(Sigma)[1] if len(active) else 0.0) + np.sum(np.log(frozen_var[frozen]))
     entropy_w = 0.5 * M * (1.0 + LOG_2PI) + 0.5 * log_det
     return log_p_w + gamma_prior_and_entropy(alpha_shape, alpha_rate, a0, b0) + entropy_w
+
+
+def inverse_and_mean(precision, linear):
+    """(precision^-1, precision^-1 linear) by a Jacobi-scaled Cholesky factorisation."""
+    if precision.shape[0] == 0:
+        return np.zeros((0, 0)), np.zeros(0)
+    d = 1.0 / np.sqrt(np.diag(precision))
+    factor = scipy.linalg.cho_factor(precision * d[:, None] * d[None, :], lower=True)
+    inv = scipy.linalg.cho_solve(factor, np.eye(len(d))) * d[:, None] * d[None, :]
+    inv = 0.5 * (inv + inv.T)
+    return inv, inv @ linear

@@ -12,8 +12,8 @@ from scipy.special import digamma, log_expit
 
 from .algebra import LOG_2PI, gamma_prior_and_entropy
 
-__all__ = ["GaussianNoise", "JaakkolaJordan", "RobustJaakkolaJordan", "RobustGaussianNoise", "MultinomialProbit",
-           "weights_change"]
+__all__ = ["Moments", "GaussianNoise", "JaakkolaJordan", "RobustJaakkolaJordan", "RobustGaussianNoise",
+           "MultinomialProbit", "weights_change"]
 
 # regression starts with E[gamma] = 1 / (_NOISE_SHARE var(t)) (Tipping & Faul 2003, section 4)
 _NOISE_SHARE = 0.1
@@ -25,6 +25,32 @@ def _jj_lambda(xi):
     small = xi < 1e-6
     safe = np.where(small, 1.0, xi)
     return np.where(small, 0.125 - xi**2 / 96.0, np.tanh(safe / 2.0) / (4.0 * safe))
+
+
+class Moments:
+    """The moments of phi_n^T w under the restricted q(w) of a schedule's buffers (its active
+    columns, q(w) and frozen variances), for the likelihood factor's updates:
+    ``mean`` (N,), ``var`` (N,) (frozen variances included; formed on first use, O(N M)) and
+    ``var_sum`` = sum_n var_n (O(M + K^2))."""
+
+    def __init__(self, schedule):
+        self._schedule = schedule
+        K = schedule.K
+        A = schedule.A[:, :K]
+        self.mean = A @ schedule.mu[:K]
+        frozen_var = schedule.frozen_var()
+        self.var_sum = float(np.sum(schedule.gram_active() * schedule.Sigma[:K, :K]) + schedule.col_sq @ frozen_var)
+        self._var = None
+        self._frozen_var = frozen_var
+
+    @property
+    def var(self):
+        if self._var is None:
+            s = self._schedule
+            K = s.K
+            A = s.A[:, :K]
+            self._var = np.einsum("nk,nk->n", A @ s.Sigma[:K, :K], A) + s.squared() @ self._frozen_var
+        return self._var
 
 
 class GaussianNoise:

@@ -6,11 +6,11 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-import scipy.linalg
 
 from .algebra import (check_hyperparameters, frozen_optimum, frozen_value, in_model_change, in_model_value,
-                      scalar_optimum, w_alpha_terms, warm_optimum)
-from .factors import weights_change
+                      inverse_and_mean, scalar_optimum, w_alpha_terms, warm_optimum)
+from .factors import Moments, weights_change
+from ..priors import is_vague
 from .units import original_units, standard_units
 from .outputs import NEWTON, MultiFastFit, OutputFactor, newton_locations
 
@@ -40,31 +40,6 @@ class NotApplicable(ValueError):
     schedule fits the ARD prior, one precision per coefficient). A guide's ``fast`` function
     raises it before any fitting work, so that ``CAVI(schedule="auto")`` can fall back to the
     plain sweep; under ``schedule="fast"`` it reaches the caller with its message."""
-
-
-class Moments:
-    """The moments of phi_n^T w under the restricted q(w), for the likelihood factor's updates:
-    ``mean`` (N,), ``var`` (N,) (frozen variances included; formed on first use, O(N M)) and
-    ``var_sum`` = sum_n var_n (O(M + K^2))."""
-
-    def __init__(self, schedule):
-        self._schedule = schedule
-        K = schedule.K
-        A = schedule.A[:, :K]
-        self.mean = A @ schedule.mu[:K]
-        frozen_var = schedule.frozen_var()
-        self.var_sum = float(np.sum(schedule.gram_active() * schedule.Sigma[:K, :K]) + schedule.col_sq @ frozen_var)
-        self._var = None
-        self._frozen_var = frozen_var
-
-    @property
-    def var(self):
-        if self._var is None:
-            s = self._schedule
-            K = s.K
-            A = s.A[:, :K]
-            self._var = np.einsum("nk,nk->n", A @ s.Sigma[:K, :K], A) + s.squared() @ self._frozen_var
-        return self._var
 
 
 class FastFit(NamedTuple):
@@ -99,25 +74,15 @@ class FastFit(NamedTuple):
 ADD, REESTIMATE, UPDATE = 0, 1, 2
 
 
-def _inverse_and_mean(precision, linear):
-    """(precision^-1, precision^-1 linear) by a Jacobi-scaled Cholesky factorisation."""
-    if precision.shape[0] == 0:
-        return np.zeros((0, 0)), np.zeros(0)
-    d = 1.0 / np.sqrt(np.diag(precision))
-    factor = scipy.linalg.cho_factor(precision * d[:, None] * d[None, :], lower=True)
-    inv = scipy.linalg.cho_solve(factor, np.eye(len(d))) * d[:, None] * d[None, :]
-    inv = 0.5 * (inv + inv.T)
-    return inv, inv @ linear
-
-
 class _Schedule:
     """Buffers of one fit: the active columns Phi_A (N, K), B = Phi^T diag(W) Phi_A (M, K) (and
     Phi^T Phi_A where W is uniform, so that a new E[gamma] rescales it), Sigma, mu, and the
     statistics S_m = h_m - B_m^T Sigma B_m, Q_m = b_m - B_m^T mu of every coefficient, with
     h = Phi^2^T W and b = Phi^T r (Tipping & Faul 2003's S and Q for the quadratic factor)."""
 
-    def __init__(self, Phi, factor, a0, b0):
+    def __init__(self, Phi, factor, a0, b0, exact=None):
         self.Phi, self.factor, self.a0, self.b0 = Phi, factor, a0, b0
+        self.exact = not is_vague(a0) if exact is None else bool(exact)  # the entry rule (best_move)
         N, M = Phi.shape
         self.col_sq = np.einsum("nm,nm->m", Phi, Phi)
         self._sq = None
@@ -205,7 +170,7 @@ class _Schedule:
     def refresh(self):
         """q(w) = N(mu, Sigma) for the active set at the current E[alpha], and S, Q, exactly."""
         K, a = self.K, self.active
-        Sigma, mu = _inverse_and_mean(self.B[a, :K] + np.diag(self.x[a]), self.b[a])
+        Sigma, mu = inverse_and_mean(self.B[a, :K] + np.diag(self.x[a]), self.b[a])
         self.Sigma[:K, :K], self.mu[:K] = Sigma, mu
         B = self.B[:, :K]
         self.S = self.h - np.einsum("mk,mk->m", B @ Sigma, B)
@@ -234,11 +199,12 @@ class _Schedule:
 
     def best_move(self, floor):
         """(kind, coefficient, target E[alpha], gain) of the significant move with the largest gain,
-        or None: an add of a frozen coefficient the data support (q^2 > s, eq. (1) at its
-        maximiser against (2) at x_k) and that is not nearly collinear with an active one
-        (|cosine| > MAX_ALIGNMENT, Tipping's SparseBayes's alignment test), or a re-estimate of an
-        active one to the maximiser of (1) that changes ln E[alpha_k] by at least LOG_ALPHA_TOL;
-        either must gain more than ``floor`` nats.
+        or None: an add of a frozen coefficient (eq. (1) at its maximiser against (2) at x_k, the
+        maximiser of (2)): with ``exact`` any (the exact comparison), else only one the data
+        support (q^2 > s) that is not nearly collinear with an active one (|cosine| >
+        MAX_ALIGNMENT, Tipping's SparseBayes's alignment test); or a re-estimate of an active one
+        to the maximiser of (1) that changes ln E[alpha_k] by at least LOG_ALPHA_TOL; either must
+        gain more than ``floor`` nats (module docstring, "Sparsity").
 
         Moves the statistics cannot resolve are not candidates: a coefficient whose s_k is below
         ``_COLLINEAR`` h_k (its column is in the span of the active ones to working precision; s_k
@@ -253,7 +219,8 @@ class _Schedule:
         is_active[self.active] = True
         with np.errstate(invalid="ignore"):
             resolved = (self.h > 0) & (s >= _COLLINEAR * self.h) & ~self.held
-            supported = (~is_active) & (~self.blocked) & resolved & (np.abs(q) > np.sqrt(np.maximum(s, 0.0)))
+            entering = self.exact | (~self.blocked & (np.abs(q) > np.sqrt(np.maximum(s, 0.0))))  # the entry rule
+            supported = (~is_active) & resolved & entering
         slots = np.flatnonzero(resolved[self.active])
         moving = self.active[slots]
         candidates = np.concatenate([moving, np.flatnonzero(supported)])
@@ -266,9 +233,11 @@ class _Schedule:
         hc = self.h[candidates]
         K = len(moving)
         # Newton's guesses: the current E[alpha] in the model, Tipping & Faul's s^2 / (q^2 - s) to enter
+        # (the frozen E[alpha_k] where q^2 <= s)
         guess = xc.copy()
         with np.errstate(divide="ignore", invalid="ignore"):
-            guess[K:] = sc[K:] * sc[K:] / ((qc[K:] - np.sqrt(sc[K:])) * (qc[K:] + np.sqrt(sc[K:])))
+            excess = (qc[K:] - np.sqrt(sc[K:])) * (qc[K:] + np.sqrt(sc[K:]))
+            guess[K:] = np.where(excess > 0, sc[K:] * sc[K:] / excess, xc[K:])
         x_in, value_in = warm_optimum(sc, qc, self.a0, self.b0, guess)
         gain = np.empty(len(candidates))
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -441,10 +410,10 @@ class _Schedule:
 
 
 def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_moves=None, progress=None,
-             target_scale=1.0):
+             target_scale=1.0, entry=None, vague_only=False):
     """The fast variational schedule: from the empty model, the best significant move at a time
-    (:meth:`_Schedule.best_move`: adds of the coefficients the data support, re-estimates to the
-    maximiser of (1), each gaining more than ``tol |ELBO|``) and, where none is left, a cycle over
+    (:meth:`_Schedule.best_move`: adds by the entry rule below, re-estimates to the maximiser of
+    (1), each gaining more than ``tol |ELBO|``) and, where none is left, a cycle over
     the re-estimates it left for their small gains (:meth:`_Schedule.polish`), until neither
     makes a move or the pass has made ``MOVES_PER_COEFFICIENT`` M moves; then the likelihood
     factor's own updates given q(w) (``factor.update``), q(w) and the statistics recomputed for
@@ -459,9 +428,14 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
     part of itself (``factor.release()``, the robust factors' q(omega)). Every move and every
     update is a coordinate ascent step of the restricted-family ELBO, so it never decreases.
 
-    No coefficient leaves the model: freezing one always lowers the ELBO (module docstring,
-    "Sparsity"), and one the data stop supporting goes on at the maximiser of (1), a large
-    E[alpha_k] of order sqrt(s_k / (2 b0)); ``FastFit.supported`` tells them apart.
+    The entry rule (module docstring, "Sparsity"): with a vague prior (:func:`ppl_sbl.priors.is_vague`)
+    a frozen coefficient enters only where the data support it (q_k^2 > s_k, the limit a0 = b0 -> 0
+    of the exact comparison) and the alignment test allows it: a sparse fit; with a proper prior
+    the exact comparison, max (1) - max (2), decides, as for any move: every coefficient whose
+    column the statistics resolve enters, towards the ELBO's dense optimum. No coefficient leaves
+    the model: freezing one always lowers the ELBO, and one the data stop supporting goes on at
+    the maximiser of (1), a large E[alpha_k] of order sqrt(s_k / (2 b0)); ``FastFit.supported``
+    tells them apart.
 
     Parameters
     ----------
@@ -485,6 +459,10 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
         at most ``MOVES_PER_COEFFICIENT`` M of them, per output with several); a fit stopped by
         either has ``converged`` False.
     progress : callable(passes, moves, elbo, active), called after every pass, or None.
+    entry : None (the rule by the prior, above), ``"supported"`` (q^2 > s and the alignment test,
+        whatever the prior) or ``"exact"`` (the exact comparison, whatever the prior).
+    vague_only : raise :class:`NotApplicable` before any fitting where the prior is not vague
+        (``CAVI``'s ``schedule="auto"`` passes True: it runs the sweep there).
 
     Several outputs. A factor with ``num_outputs`` = C (see :func:`_schedule_outputs`) has C
     coefficient vectors w_1, ..., w_C on the same design, each with its own ARD prior and active
@@ -497,20 +475,26 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
     Phi, a0, b0, gain, offset = standard_units(Phi, a0, b0, target_scale)
     if not (tol > 0):
         raise ValueError(f"`tol` must be > 0; got {tol!r}.")
+    if entry not in (None, "exact", "supported"):
+        raise ValueError(f"`entry` must be None, 'exact' or 'supported'; got {entry!r}.")
+    exact = not is_vague(a0) if entry is None else entry == "exact"
+    if vague_only and not is_vague(a0):
+        raise NotApplicable(f"the hyperprior shape a0={a0!r} is not vague (a0 >= ppl_sbl.priors.VAGUE_SHAPE): the "
+                            "ELBO's optimum keeps every coefficient in the model, where the sweep goes directly.")
     if getattr(factor, "num_outputs", None) is not None:
-        fit = _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress)
+        fit = _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact)
         if gain is None and offset == 0.0:
             return fit
         return fit._replace(fits=tuple(original_units(f, gain, offset) for f in fit.fits),
                             elbo_trace=fit.elbo_trace + offset)
-    fit = _schedule(Phi, factor, a0, b0, tol, max_passes, max_moves, progress)
+    fit = _schedule(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact)
     return fit if gain is None and offset == 0.0 else original_units(fit, gain, offset)
 
 
-def _schedule(Phi, factor, a0, b0, tol, max_passes, max_moves, progress):
+def _schedule(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact):
     """:func:`schedule` with one output, in the units of :func:`standard_units`."""
     max_moves = np.inf if max_moves is None else int(max_moves)
-    work = _Schedule(Phi, factor, a0, b0)
+    work = _Schedule(Phi, factor, a0, b0, exact)
     work.settle = math.sqrt(tol)
     per_pass = MOVES_PER_COEFFICIENT * Phi.shape[1]
     value = work.elbo()
@@ -576,7 +560,7 @@ def _set_factors(works, factor):
         work.set_factor()
 
 
-def _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress):
+def _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact):
     """:func:`schedule` for C outputs: C coefficient vectors w_c on the design ``Phi``, each with its
     ARD prior, its restricted family (active set, frozen coefficients) and its own buffers, and a
     likelihood factor that, held fixed, is quadratic in each w_c separately:
@@ -624,7 +608,7 @@ def _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress)
     max_moves = np.inf if max_moves is None else int(max_moves)
     expansion = getattr(factor, "expansion", None)
     second_order = getattr(factor, "curvature", None) is not None
-    works = [_Schedule(Phi, OutputFactor(factor, c), a0, b0) for c in range(C)]
+    works = [_Schedule(Phi, OutputFactor(factor, c), a0, b0, exact) for c in range(C)]
 
     def total():
         return factor.elbo_terms([w.moments() for w in works]) + sum(w.prior_terms() for w in works)

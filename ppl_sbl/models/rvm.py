@@ -169,7 +169,7 @@ def _fast_args(groups):
 
 
 def _regression_fast(Phi, t=None, *, a0=1e-6, b0=None, e0=1e-6, f0=None, groups=None, tol=1e-9, max_passes=1000,
-                     progress=None):
+                     progress=None, vague_only=False):
     """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`) with q(gamma) as the likelihood factor,
     on the targets in units of s = sqrt(f0 / e0) (where the noise prior's mean is 1)."""
     _fast_args(groups)
@@ -182,7 +182,7 @@ def _regression_fast(Phi, t=None, *, a0=1e-6, b0=None, e0=1e-6, f0=None, groups=
     s = math.sqrt(f0 / e0)
     noise = fast_ard.GaussianNoise(t / s, e0, e0)
     fit = fast_ard.schedule(Phi, noise, a0=a0, b0=np.asarray(data.b0), tol=tol, max_passes=max_passes,
-                            progress=progress, target_scale=s)
+                            progress=progress, target_scale=s, vague_only=vague_only)
     shape, rate = fast_ard.alpha_factors(fit, a0)
     state = RegressionState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(noise.e),
                             jnp.asarray(noise.f * s * s))
@@ -290,7 +290,8 @@ def _classification_predict(state: ClassificationState, data: ClassificationData
     return expected_sigmoid(mean, var)
 
 
-def _classification_fast(Phi, t=None, *, a0=1e-6, b0=None, groups=None, tol=1e-9, max_passes=1000, progress=None):
+def _classification_fast(Phi, t=None, *, a0=1e-6, b0=None, groups=None, tol=1e-9, max_passes=1000, progress=None,
+                         vague_only=False):
     """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`) with the JJ bound's xi as the
     likelihood factor."""
     _fast_args(groups)
@@ -301,7 +302,7 @@ def _classification_fast(Phi, t=None, *, a0=1e-6, b0=None, groups=None, tol=1e-9
     data = rvm_data(L.prepare_bernoulli(Phi, t), None, a0, b0)
     bound = fast_ard.JaakkolaJordan(t)
     fit = fast_ard.schedule(Phi, bound, a0=a0, b0=np.asarray(data.b0), tol=tol, max_passes=max_passes,
-                            progress=progress)
+                            progress=progress, vague_only=vague_only)
     shape, rate = fast_ard.alpha_factors(fit, a0)
     state = ClassificationState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(bound.xi))
     return data, state, fit
