@@ -127,7 +127,7 @@ def _width_table(args, data, widths, fitted):
         rows[f"{delta:g}"] = {"test lpd": lpd, "error": error}
     by_loo, _ = _quietly(compare, fits, by="loo")
     table = pd.DataFrame({"elbo": {k: r.elbo for k, r in fits.items()},  # fits in the order of delta
-                          "elpd_loo": by_loo["elpd_loo"], "se": by_loo["se"],
+                          "elpd_loo": by_loo["elpd_loo"], "se": by_loo["se"], "pareto_k_max": by_loo["pareto_k_max"],
                           "n_relevant": {k: int(np.sum(r.relevant)) for k, r in fits.items()}})
     table = table.join(pd.DataFrame.from_dict(rows, orient="index")).loc[list(rows)]
     table.index.name = "delta"
