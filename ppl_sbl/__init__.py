@@ -15,7 +15,8 @@ from .arviz import ComparisonWarning, compare, plot_elbo_trace, plot_grid_releva
 from .derived import NotConjugateError, derived_guide  # noqa: E402
 from .diagnostics import GuideCheck, check_guide  # noqa: E402
 from .guide import ClosedFormGuide, closed_form_guide  # noqa: E402
-from .inference import CAVI, CAVIResult, fit, fit_grid  # noqa: E402
+from .batch import fit_grid  # noqa: E402
+from .inference import CAVI, CAVIResult, fit  # noqa: E402
 from .result import FitResult  # noqa: E402
 from .saving import LoadError, load  # noqa: E402
 from .validation import ConvergenceWarning  # noqa: E402

@@ -15,7 +15,7 @@ otherwise; the sweeps iterate to the fixed point (the relative change of the ELB
 and that of the state below sqrt(``tol``), see :class:`CAVI`) and prune basis functions whose
 precision has diverged (see :mod:`ppl_sbl.gaussian`). It returns a :class:`CAVIResult`. :func:`fit` is the
 same loop as a pure ``lax.while_loop`` (no pruning) that can be jitted and vmapped;
-:func:`fit_grid` runs it over a list of designs, e.g. a grid of kernel widths.
+:func:`ppl_sbl.batch.fit_grid` runs it over a list of designs, e.g. a grid of kernel widths.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from .result import ResultMethods, ordered_parts
 from .portable import Saveable
 from .validation import warn_unconverged
 
-__all__ = ["ClosedFormGuide", "closed_form_guide", "find_guide", "resolve_guide", "CAVI", "CAVIResult", "fit", "fit_grid",
+__all__ = ["ClosedFormGuide", "closed_form_guide", "find_guide", "resolve_guide", "CAVI", "CAVIResult", "fit",
            "TOL", "MAX_SWEEPS"]
 
 
@@ -329,70 +329,6 @@ class CAVI:
             bar.update(made)
             bar.set_postfix(elbo=f"{value:.4f}", refresh=False)
         return bar
-
-
-def fit_grid(model, designs, *args, names=None, tol=TOL, max_sweeps=MAX_SWEEPS, batch_size=None, guide=None,
-             **kwargs) -> dict:
-    """Fit ``model(design, *args, **kwargs)`` for every design in ``designs`` in one jitted,
-    vmapped call (:func:`fit` under ``jax.vmap``/``jax.lax.map``: no pruning; every fit keeps its
-    own ELBO trace and stopping sweep) and return ``{name: CAVIResult}``, ready for
-    :func:`ppl_sbl.compare`.
-
-    Typical use: the same model on a grid of kernel widths (one design matrix per width, all of
-    the same shape), picked by ELBO without cross-validation. ``names`` (the keys of the result,
-    e.g. the widths themselves) default to ``0, 1, ...``.
-
-    ``batch_size``: how many fits run side by side (``jax.lax.map`` with ``batch_size``: the
-    fits are vmapped in batches of this size, the batches run one after the other, all inside
-    one compiled call). ``None`` (default): all of them on an accelerator (GPU, TPU), where the
-    lanes run in parallel, and 1 on a CPU, where a vmapped sweep runs its lanes one after the
-    other anyway, every lane would wait for the slowest to converge, and XLA's CPU code for
-    batched triangular solves is slower than its LAPACK calls for single matrices.
-    """
-    designs = list(designs)
-    if not designs:
-        raise ValueError("`designs` is empty; pass a list of design matrices of one shape.")
-    names = list(range(len(designs))) if names is None else list(names)
-    if len(names) != len(designs):
-        raise ValueError(f"`names` has {len(names)} entries for {len(designs)} designs.")
-    spec = find_guide(model, guide)
-    g = resolve_guide(spec, (designs[0],) + args, kwargs)
-    if any(resolve_guide(spec, (x,) + args, kwargs) is not g for x in designs[1:]):
-        raise ValueError("the designs select different guides; fit them one by one.")
-    datas = [engine.strong(g.prepare(x, *args, **kwargs)) for x in designs]
-    stacked = engine.stack(datas)
-    if batch_size is None:
-        batch_size = 1 if jax.default_backend() == "cpu" else len(designs)
-    batch_size = max(1, min(int(batch_size), len(designs)))
-
-    def one(d):
-        return engine.fit_loop(g, d, tol, max_sweeps, None, record=True)
-
-    grid = g.compiled(("fit_grid", float(tol), int(max_sweeps), len(designs), batch_size),
-                      lambda stacked: engine.batched_map(one, stacked, len(designs), batch_size))
-    start = time.perf_counter()
-    states, _, sweeps, converged, traces = jax.block_until_ready(grid(stacked))
-    seconds = time.perf_counter() - start
-    sweeps, converged, traces = np.asarray(sweeps), np.asarray(converged), np.asarray(traces)
-    if not converged.all():
-        stopped = [name for name, done in zip(names, converged) if not done]
-        warn_unconverged(f"fit_grid for {stopped}", max_sweeps)
-    results = {}
-    for i, (name, x) in enumerate(zip(names, designs)):
-        results[name] = CAVIResult(
-            model=model,
-            guide_spec=g,
-            args=(x,) + args,
-            kwargs=kwargs,
-            data=datas[i],
-            state=jax.tree.map(lambda leaf: leaf[i], states),
-            elbo_trace=traces[i, : int(sweeps[i])],
-            converged=bool(converged[i]),
-            tol=tol,
-            seconds=seconds,
-            guide_choice=guide,
-        )
-    return results
 
 
 @dataclasses.dataclass
@@ -724,3 +660,4 @@ class CAVIResult(ResultMethods, Saveable):
             + (f"moves={self.num_moves}, " if self.schedule == "fast" else f"sweeps={self.num_sweeps}, ")
             + f"converged={self.converged}, relevant={n_rel}/{self.precision_ratio.shape[0]}, bound={self.bound})"
         )
+
