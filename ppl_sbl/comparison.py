@@ -66,12 +66,12 @@ def vague_hyperparameters(result) -> int:
     import numpyro.distributions as dist
     from numpyro import handlers
 
-    def at_zero(site):
+    def at_one(site):  # any value: only the sites' prior parameters are read
         if site["type"] != "sample" or site["is_observed"]:
             return None
         return jnp.ones(site["fn"].shape(site["kwargs"].get("sample_shape", ())))
 
-    program = handlers.substitute(result.program, substitute_fn=at_zero)
+    program = handlers.substitute(result.program, substitute_fn=at_one)
     trace = handlers.trace(handlers.seed(program, rng_seed=0)).get_trace(*result.args, **result.kwargs)
     count = 0
     for site in trace.values():
@@ -100,7 +100,7 @@ def loo(result, *, num_samples: int = 1000, seed: int = 0, method: str = "auto")
     exact = getattr(result, "loo_exact", None)
     pointwise = exact() if (exact is not None and method != "psis") else None
     if pointwise is not None:
-        return exact_loo_data(pointwise, _lppd(result, pointwise))
+        return exact_loo_data(pointwise, _lppd(result))
     if method == "exact":
         raise ValueError(f"{type(result).__name__} of this model has no exact leave-one-out form; use "
                          "method='psis' (or 'auto').")
@@ -109,7 +109,7 @@ def loo(result, *, num_samples: int = 1000, seed: int = 0, method: str = "auto")
         return az.loo(result.to_inference_data(num_samples=num_samples, seed=seed), pointwise=True)
 
 
-def _lppd(result, pointwise):
+def _lppd(result):
     """sum_n ln p(t_n | t) at the fit, for p_loo = lppd - elpd_loo (NaN where the fit does not say)."""
     full = getattr(result, "log_predictive_density", None)
     return float(np.sum(full())) if full is not None else float("nan")
@@ -164,34 +164,36 @@ def compare(results: dict, *, by: str = "elbo", sort: bool = True, num_samples: 
     if by not in ("elbo", "loo"):
         raise ValueError(f"`by` must be 'elbo' or 'loo'; got {by!r}.")
     results = dict(results)
+    summaries = {name: _summary(res) for name, res in results.items()} if by == "elbo" else None
     if by == "loo":
         sizes = {name: sum(int(np.size(v)) for v in res.observed.values()) for name, res in results.items()}
         if len(set(sizes.values())) > 1:
             raise ValueError(f"compare(by='loo') needs fits of the same observations; the numbers of observed values "
                              f"differ: {sizes}. Fit every model to the same data.")
-    _warn_if_incommensurable(results, by)
+    _warn_if_incommensurable(results, by, summaries)
     if by == "loo":
         return _compare_loo(results, num_samples, seed, loo_method)
-    rows = {}
     for name, res in results.items():
         relevant = res.relevant
-        row = {"elbo": float(res.elbo)}
-        row.update(_parts_columns(res.elbo_parts()))
-        row.update({
-            "n_vague": vague_hyperparameters(res),
+        summaries[name].update({
             "n_relevant": -1 if relevant is None else int(np.sum(relevant)),
             "n_effective": float(res.effective_parameters),
             "schedule": _schedule(res),
             "converged": bool(res.converged),
             "bound": res.bound,
         })
-        rows[name] = row
-    table = pd.DataFrame.from_dict(rows, orient="index")
+    table = pd.DataFrame.from_dict(summaries, orient="index")
     table.insert(1, "d_elbo", table["elbo"].max() - table["elbo"])
     if sort:
         table = table.sort_values("elbo", ascending=False)
     table.insert(0, "rank", np.argsort(np.argsort(-table["elbo"].to_numpy())))
     return table
+
+
+def _summary(result) -> dict:
+    """elbo, its parts summed by kind (:func:`_parts_columns`) and n_vague of one fit."""
+    return {"elbo": float(result.elbo), **_parts_columns(result.elbo_parts()),
+            "n_vague": vague_hyperparameters(result)}
 
 
 def _compare_loo(results, num_samples, seed, method):
@@ -223,7 +225,9 @@ def _same_data(a, b):
     return all(x is not None and y is not None and x.shape == y.shape and np.array_equal(x, y) for x, y in pairs)
 
 
-def _warn_if_incommensurable(results, by):
+def _warn_if_incommensurable(results, by, summaries=None):
+    """Warn (:class:`ComparisonWarning`) about what makes the fits incommensurable; ``summaries``
+    ({name: :func:`_summary`}) for ``by="elbo"``."""
     names = list(results)
     notes = []
     observed = {n: _observed(results[n]) for n in names}
@@ -251,14 +255,13 @@ def _warn_if_incommensurable(results, by):
             notes.append(f"{', '.join(map(str, unnormalised))}: a likelihood that is not normalised over the data (the "
                          "robust RVM's weighted likelihood), so their ELBOs bound a different quantity from the "
                          "others' evidence: compare them by='loo' or by held-out error, and among themselves by ELBO.")
-        vague = {n: vague_hyperparameters(results[n]) for n in names}
-        parts = {n: _parts_columns(results[n].elbo_parts()) for n in names}
+        vague = {n: summaries[n]["n_vague"] for n in names}
         pairs = []
         for a, b in itertools.combinations(names, 2):
             if vague[a] == vague[b]:
                 continue
             gap = abs(results[a].elbo - results[b].elbo)
-            constants = abs(parts[a]["log_norm"] - parts[b]["log_norm"])
+            constants = abs(summaries[a]["log_norm"] - summaries[b]["log_norm"])
             if gap <= constants:
                 pairs.append(f"{a} ({vague[a]} vague) vs {b} ({vague[b]} vague): ELBO difference {gap:.1f} nats, "
                              f"hyperprior constants differ by {constants:.1f}")

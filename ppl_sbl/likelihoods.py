@@ -157,18 +157,9 @@ def gaussian_update_gamma(q: G.ActiveGaussian, lik: GaussianLikelihood):
 
 
 def gaussian_elbo_terms(q: G.ActiveGaussian, gamma_shape, gamma_rate, lik: GaussianLikelihood):
-    """E[ln p(t | w, gamma)] + E[ln p(gamma)] + H[q(gamma)]: the likelihood and gamma terms of (10)."""
-    e_gamma = expfam.gamma_mean(gamma_shape, gamma_rate)
-    e_log_gamma = expfam.gamma_mean_log(gamma_shape, gamma_rate)
-    N = lik.t.shape[0]
-    log_lik = N * expfam.normal_expected_log_density(0.0, e_gamma, e_log_gamma) - 0.5 * e_gamma * (
-        expected_square_error(q, lik)
-    )
-    return (
-        log_lik
-        + expfam.gamma_expected_log_density(lik.e0, lik.f0, e_gamma, e_log_gamma)
-        + expfam.gamma_entropy(gamma_shape, gamma_rate)
-    )
+    """E[ln p(t | w, gamma)] + E[ln p(gamma)] + H[q(gamma)]: the likelihood and gamma terms of (10),
+    the sum of :func:`gaussian_parts`."""
+    return sum(gaussian_parts(q, gamma_shape, gamma_rate, lik).values())
 
 
 def gaussian_parts(q: G.ActiveGaussian, gamma_shape, gamma_rate, lik: GaussianLikelihood):
@@ -204,8 +195,8 @@ def gaussian_loo(q: G.ActiveGaussian, gamma_shape, gamma_rate, lik: GaussianLike
     loo_mean = (mean - g * s * lik.t) / shrink
     loo_var = 1.0 / g + s / shrink
 
-    def log_normal(x, m, v):
-        return -0.5 * (expfam.LOG_2PI + jnp.log(v) + (x - m) ** 2 / v)
+    def log_normal(x, m, v):  # ln N(x | m, v): the expected log density of a point mass
+        return expfam.normal_expected_log_density((x - m) ** 2, 1.0 / v, -jnp.log(v))
 
     return log_normal(lik.t, loo_mean, loo_var), log_normal(lik.t, mean, 1.0 / g + s)
 

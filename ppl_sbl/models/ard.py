@@ -53,23 +53,16 @@ def positive_scalar(name, value):
 
 
 def alpha_terms(state, data, w_second_moment):
-    """E[ln p(w|alpha)] + E[ln p(alpha)] + H[q(w)] + H[q(alpha)]: the w and alpha terms of (10)."""
-    a0, b0 = data.a0, data.b0
-    e_alpha = expfam.gamma_mean(state.alpha_shape, state.alpha_rate)
-    e_log_alpha = expfam.gamma_mean_log(state.alpha_shape, state.alpha_rate)
-    log_p_w = jnp.sum(
-        expfam.normal_expected_log_density(w_second_moment, e_alpha[data.groups], e_log_alpha[data.groups])
-    )
-    log_p_alpha = jnp.sum(expfam.gamma_expected_log_density(a0, b0, e_alpha, e_log_alpha))
-    entropy = G.entropy(state.w) + jnp.sum(expfam.gamma_entropy(state.alpha_shape, state.alpha_rate))
-    return log_p_w + log_p_alpha + entropy
+    """E[ln p(w|alpha)] + E[ln p(alpha)] + H[q(w)] + H[q(alpha)]: the w and alpha terms of (10), the
+    sum of :func:`alpha_parts`."""
+    return sum(alpha_parts(state, data, w_second_moment).values())
 
 
 def alpha_parts(state, data, w_second_moment):
     """The w and alpha terms of (10) as ELBO parts (:meth:`ppl_sbl.result.FitResult.elbo_parts`):
     ``-kl_w`` = E[ln p(w|alpha)] + H[q(w)] (the grid RVM paper's (20)-(22) with M2 = 1),
     ``-kl_alpha`` = E[(a0 - 1) ln alpha - b0 alpha] + H[q(alpha)] and ``log_norm_alpha`` =
-    G (a0 ln b0 - ln Gamma(a0)) ((23), (25)); their sum is :func:`alpha_terms`."""
+    G (a0 ln b0 - ln Gamma(a0)) ((23), (25))."""
     e_alpha = expfam.gamma_mean(state.alpha_shape, state.alpha_rate)
     e_log_alpha = expfam.gamma_mean_log(state.alpha_shape, state.alpha_rate)
     log_p_w = jnp.sum(

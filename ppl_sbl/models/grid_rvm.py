@@ -267,31 +267,21 @@ def _update_eta(shapes, rates, data):
 
 def _prior_terms(state, data, w_second_moment, exact=False):
     """E[ln p(w | precisions)] (p-grid exact; s-grid with the log-sum bound, or with ``exact``
-    by quadrature) + sum over axes of E[ln p(precision)] + H[q(precision)] + H[q(w)]."""
+    by quadrature) + sum over axes of E[ln p(precision)] + H[q(precision)] + H[q(w)]: the sum of
+    :func:`_prior_parts`."""
+    return sum(_prior_parts(state, data, w_second_moment, exact).values())
+
+
+def _prior_parts(state, data, w_second_moment, exact=True):
+    """The terms of :func:`_prior_terms`: ``-kl_w`` = E[ln p(w | precisions)] + H[q(w)] ((20)-(22);
+    for the s-grid E[ln sum_k x_k] by quadrature, or with ``exact=False`` the log-sum bound (31)),
+    and for every axis ``-kl_<site>``, ``log_norm_<site>`` (its Gamma prior, (23), (25);
+    :func:`ppl_sbl.expfam.gamma_parts`)."""
     means = _means(state.shapes, state.rates)
-    logs = _mean_logs(state.shapes, state.rates)
     if data.kind == "p":
-        log_precision = _combine(logs, "s")  # E[ln prod_k x_k] = sum_k E[ln x_k]
+        log_precision = _combine(_mean_logs(state.shapes, state.rates), "s")  # E[ln prod_k x_k] = sum_k E[ln x_k]
     else:
         log_precision = _log_sum(state, data, exact)[0].reshape(-1)
-    log_p_w = jnp.sum(
-        expfam.normal_expected_log_density(w_second_moment, _combine(means, data.kind), log_precision)
-    )
-    total = log_p_w + G.entropy(state.w)
-    for a, b, a0, b0, m, lg in zip(state.shapes, state.rates, data.prior_shapes, data.prior_rates, means, logs):
-        total = total + jnp.sum(expfam.gamma_expected_log_density(a0, b0, m, lg) + expfam.gamma_entropy(a, b))
-    return total
-
-
-def _prior_parts(state, data, w_second_moment):
-    """The terms of :func:`_prior_terms` with exact expectations (the s-grid's E[ln sum_k x_k] by
-    quadrature): ``-kl_w`` = E[ln p(w | precisions)] + H[q(w)] ((20)-(22)), and for every axis
-    ``-kl_<site>``, ``log_norm_<site>`` (its Gamma prior, (23), (25); :func:`ppl_sbl.expfam.gamma_parts`)."""
-    means = _means(state.shapes, state.rates)
-    if data.kind == "p":
-        log_precision = _combine(_mean_logs(state.shapes, state.rates), "s")
-    else:
-        log_precision = _log_sum(state, data, exact=True)[0].reshape(-1)
     log_p_w = jnp.sum(expfam.normal_expected_log_density(w_second_moment, _combine(means, data.kind), log_precision))
     parts = {"-kl_w": log_p_w + G.entropy(state.w)}
     for name, a, b, a0, b0 in zip(site_names(len(state.shapes)), state.shapes, state.rates, data.prior_shapes,

@@ -164,11 +164,7 @@ def _prepare(lik_factory, Phi, t, binary, a0, b0, c0, d0, e0, f0):
 
 def _omega_terms(shape, rate, data: RobustData):
     """E[ln p(omega)] + H[q(omega)] = -KL(q(omega) || p(omega)), summed over the points."""
-    e_omega = expfam.gamma_mean(shape, rate)
-    e_log_omega = expfam.gamma_mean_log(shape, rate)
-    return jnp.sum(expfam.gamma_expected_log_density(data.c, data.d, e_omega, e_log_omega)) + jnp.sum(
-        expfam.gamma_entropy(shape, rate)
-    )
+    return sum(expfam.gamma_parts("omega", data.c, data.d, shape, rate).values())
 
 
 def _omega_sites(state, Phi):
@@ -381,27 +377,12 @@ def _regression_update(state: RegressionState, data: RobustData) -> RegressionSt
 
 def _regression_elbo(state: RegressionState, data: RobustData):
     """E[ln p(t | w, gamma, omega)] + E[ln p(w|alpha)] + E[ln p(alpha)] + E[ln p(omega)]
-    + E[ln p(gamma)] + H[q], every term exact."""
-    e_gamma = expfam.gamma_mean(state.gamma_shape, state.gamma_rate)
-    e_log_gamma = expfam.gamma_mean_log(state.gamma_shape, state.gamma_rate)
-    e_omega = _omega_mean(state)
-    e_log_omega = expfam.gamma_mean_log(state.omega_shape, state.omega_rate)
-    log_lik = jnp.sum(expfam.normal_expected_log_density(0.0, 0.0, e_log_gamma + e_log_omega)) - 0.5 * e_gamma * jnp.sum(
-        e_omega * _square_errors(state.w, data)
-    )
-    gamma_terms = expfam.gamma_expected_log_density(data.e0, data.f0, e_gamma, e_log_gamma) + expfam.gamma_entropy(
-        state.gamma_shape, state.gamma_rate
-    )
-    return (
-        log_lik
-        + gamma_terms
-        + alpha_terms(state, data.base, G.second_moments(state.w))
-        + _omega_terms(state.omega_shape, state.omega_rate, data)
-    )
+    + E[ln p(gamma)] + H[q], every term exact: the sum of :func:`_regression_elbo_parts`."""
+    return sum(_regression_elbo_parts(state, data).values())
 
 
 def _regression_elbo_parts(state: RegressionState, data: RobustData):
-    """The terms of :func:`_regression_elbo`: ``log_lik`` = E[ln p(t | w, gamma, omega)] (t_n ~
+    """The terms of the ELBO: ``log_lik`` = E[ln p(t | w, gamma, omega)] (t_n ~
     N(phi_n^T w, 1 / (gamma omega_n)), a normalised Student-t mixture), ``-kl_w``, ``-kl_alpha``,
     ``log_norm_alpha``, ``-kl_gamma``, ``log_norm_gamma``, ``-kl_omega``, ``log_norm_omega``."""
     e_gamma = expfam.gamma_mean(state.gamma_shape, state.gamma_rate)
