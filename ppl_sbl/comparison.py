@@ -23,6 +23,7 @@ vague hyperparameters whose constants decide the ranking), and says what to comp
 """
 from __future__ import annotations
 
+import inspect
 import itertools
 import warnings
 
@@ -106,7 +107,18 @@ def loo(result, *, num_samples: int = 1000, seed: int = 0, method: str = "auto")
                          "method='psis' (or 'auto').")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto", category=UserWarning)
-        return az.loo(result.to_inference_data(num_samples=num_samples, seed=seed), pointwise=True)
+        return az.loo(_likelihood_draws(result, num_samples, seed), pointwise=True)
+
+
+def _likelihood_draws(result, num_samples, seed):
+    """InferenceData with the pointwise log-likelihood of draws from q: of only the sites the
+    likelihood reads where the result can say which (``likelihood_sites``)."""
+    from .result import inference_data
+
+    sites = result.likelihood_sites() if hasattr(result, "likelihood_sites") else None
+    if sites is None or "sites" not in inspect.signature(result.sample).parameters:
+        return result.to_inference_data(num_samples=num_samples, seed=seed)
+    return inference_data(result, num_samples=num_samples, seed=seed, sites=sites)
 
 
 def _lppd(result):

@@ -32,7 +32,7 @@ from . import engine, fast_ard, gaussian
 from .derived import derived_guide
 from .engine import MAX_SWEEPS, TOL, fit
 from .guide import ClosedFormGuide, closed_form_guide, resolve_guide
-from .result import ResultMethods, ordered_parts
+from .result import ResultMethods, held, ordered_parts
 from .portable import Saveable
 from .validation import warn_unconverged
 
@@ -373,6 +373,8 @@ class CAVIResult(ResultMethods, Saveable):
     guide_choice: Any = None
     refined_by: Optional[float] = None
 
+    guide_is_mean_field = True  # a closed-form guide is a product of independent factors
+
     # saving: the guide is stored as the choice that found it (``CAVI``'s ``guide``: the model's
     # attached guide, the derived one, or a ClosedFormGuide given by the caller) and found again
     # from the model and its arguments on loading, so that what is stored holds no closures
@@ -559,18 +561,26 @@ class CAVIResult(ResultMethods, Saveable):
             out = spec.compiled("predict", spec.predict)(self.state, self.data, *spec.check_new(self.data, *new_args))
         return jax.tree.map(np.asarray, out)
 
-    def sample(self, key, num_samples: int = 1000) -> dict:
-        """Draws from q under the model's site names: {site: (num_samples, ...)}."""
+    def sample(self, key, num_samples: int = 1000, sites=None) -> dict:
+        """Draws from q under the model's site names: {site: (num_samples, ...)}. ``sites``: draw
+        only these (e.g. :meth:`likelihood_sites`, all that the pointwise log-likelihood reads;
+        they must not be drawn given the others in the guide), else every site."""
         from numpyro.infer import Predictive
 
         if isinstance(key, int):
             key = jax.random.PRNGKey(key)
         n, g = int(num_samples), self.guide_spec
+        keep = None if sites is None else tuple(sorted(sites))
+
+        def only(guide):
+            return guide if keep is None else held(guide, keep)
+
         values = engine.call_compiled(
-            g.compiled, ("sample", n), lambda key, state, *a, **k: Predictive(g.guide(state), num_samples=n)(key, *a, **k),
+            g.compiled, ("sample", n, keep),
+            lambda key, state, *a, **k: Predictive(only(g.guide(state)), num_samples=n)(key, *a, **k),
             (key, self.state), self.args, self.kwargs,
-            fallback=lambda: Predictive(self.guide, num_samples=n)(key, *self.args, **self.kwargs))
-        return {k: np.asarray(v) for k, v in values.items()}
+            fallback=lambda: Predictive(only(self.guide), num_samples=n)(key, *self.args, **self.kwargs))
+        return {k: np.asarray(v) for k, v in values.items() if keep is None or k in keep}
 
     def monte_carlo_elbo(self, num_particles: int = 4000, seed: int = 0) -> np.ndarray:
         """Per-particle values of NumPyro's ``Trace_ELBO`` on the model and the guide built from

@@ -15,6 +15,8 @@ from typing import Callable, Optional, Protocol, runtime_checkable
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro.distributions as dist
+from numpyro.primitives import Messenger
 
 __all__ = ["FitResult", "ResultMethods", "inference_data", "ordered_parts"]
 
@@ -121,16 +123,46 @@ class ResultMethods:
 
     def log_likelihood(self, draws: dict) -> dict:
         """{observed site: (num_samples, N)} ln p(observed_n | draw) for every draw (NumPyro's
-        ``log_likelihood`` on the program)."""
+        ``log_likelihood`` on the program). ``draws`` need hold only the sites the likelihood reads
+        (:meth:`likelihood_sites`); the program's other latent sites are then held at a point of their
+        support, which the observed sites' densities do not depend on."""
         from numpyro.infer import log_likelihood
 
         from .engine import call_compiled
 
         program, draws = self.program, {k: jnp.asarray(v) for k, v in draws.items()}
+        program = _fill_missing_latents(self, program, draws)
         values = call_compiled(self.compiled, "log likelihood", functools.partial(log_likelihood, program), (draws,),
                                self.args, self.kwargs,
                                fallback=lambda: log_likelihood(program, draws, *self.args, **self.kwargs))
         return {k: np.asarray(v) for k, v in values.items()}
+
+    guide_is_mean_field = False  # True where the guide draws every site independently of the others
+
+    def likelihood_sites(self) -> Optional[set]:
+        """The latent sites whose draws the pointwise log-likelihood needs: the program's sample
+        sites that the observed sites' densities depend on (NumPyro's ``get_dependencies``, through
+        deterministic computations), and the guide's sites those are drawn given. None where the
+        dependencies cannot be traced."""
+        return self._likelihood_sites
+
+    @functools.cached_property
+    def _likelihood_sites(self):
+        from numpyro.infer.inspect import get_dependencies
+
+        try:
+            model = get_dependencies(_unscaled(self.program), self.args, self.kwargs)["prior_dependencies"]
+            guide = {} if self.guide_is_mean_field else get_dependencies(
+                _unscaled(self.guide), self.args, self.kwargs)["prior_dependencies"]
+        except Exception:  # a program that does not trace with NumPyro's provenance tracking
+            return None
+        observed = set(self.observed)
+        needed = set().union(*(model[name] for name in observed if name in model)) - observed
+        while True:
+            more = needed.union(*(guide[name] for name in needed if name in guide))
+            if more == needed:
+                return frozenset(needed)
+            needed = more
 
     def monte_carlo_elbo(self, num_particles: int = 4000, seed: int = 0) -> np.ndarray:
         """Per-particle values of NumPyro's ``Trace_ELBO`` on the program and the fitted guide
@@ -172,17 +204,71 @@ def ordered_parts(parts: dict) -> dict:
     return {k: parts[k] for k in ranked}
 
 
-def inference_data(result: FitResult, num_samples: int = 1000, seed: int = 0):
+class _unscaled(Messenger):
+    """The program without its log-density scales (``handlers.scale``): the pointwise
+    log-likelihood is the observed sites' unscaled density, and NumPyro's abstract trace for
+    ``get_dependencies`` cannot hold a scale that is itself a traced value."""
+
+    def process_message(self, msg):
+        msg["scale"] = None
+        msg.pop("plate_to_scale", None)
+
+
+def _fill_missing_latents(result, program, draws):
+    """``program`` with the latent sites absent from ``draws`` held at a point of their support
+    (``constraint.feasible_like``) where the likelihood does not read them (a ValueError names one
+    it reads; where the dependencies cannot be traced NumPyro draws them from the prior)."""
+    from numpyro import handlers
+
+    needed = result.likelihood_sites()
+    if needed is None:
+        return program
+    missing = sorted(needed - set(draws))
+    if missing:
+        raise ValueError(f"`draws` lack the sites {missing}, on which the observed sites' densities depend; draw "
+                         "them (result.sample(key, n, sites=result.likelihood_sites())) or pass every latent site.")
+
+    def placeholder(site):
+        if site["type"] != "sample" or site["is_observed"] or site["name"] in draws:
+            return None
+        return point_in_support(site)
+
+    return handlers.substitute(program, substitute_fn=placeholder)
+
+
+class held(Messenger):
+    """The sample sites outside ``keep`` drawn from a point mass at a point of their support
+    (:func:`point_in_support`) instead of their distribution: the random keys are used as before,
+    so the sites in ``keep`` get the draws they get without it."""
+
+    def __init__(self, fn=None, keep=()):
+        self.keep = frozenset(keep)
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        if msg["type"] == "sample" and not msg["is_observed"] and msg["name"] not in self.keep:
+            msg["fn"] = dist.Delta(point_in_support(msg), event_dim=msg["fn"].event_dim)
+
+
+def point_in_support(site):
+    """A value of a sample site's shape in its distribution's support (``feasible_like``)."""
+    shape = site["fn"].shape(site["kwargs"].get("sample_shape", ()))
+    return site["fn"].support.feasible_like(jnp.zeros(shape))
+
+
+def inference_data(result: FitResult, num_samples: int = 1000, seed: int = 0, sites=None):
     """ArviZ ``InferenceData`` of a fitted result.
 
     Groups: ``posterior`` (draws under the program's site names, one chain), ``log_likelihood``
     (pointwise ln p(t_n | draw), so ``az.loo`` works), ``observed_data``, and ``sample_stats``
     holding the objective's trace (dimension ``sweep``); the final ELBO, the bound and how the fit
-    was made are in its attributes.
+    was made are in its attributes. ``sites``: draw only these latent sites (``result.sample``'s
+    ``sites``; e.g. ``result.likelihood_sites()``, all that ``az.loo`` needs), else every site.
     """
     import arviz as az
 
-    draws = result.sample(jax.random.PRNGKey(seed), num_samples)
+    key = jax.random.PRNGKey(seed)
+    draws = result.sample(key, num_samples) if sites is None else result.sample(key, num_samples, sites=sites)
     observed = result.observed
     return az.from_dict(
         posterior={k: np.asarray(v)[None] for k, v in draws.items() if k not in observed},

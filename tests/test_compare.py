@@ -166,3 +166,25 @@ def test_loo_ranks_generated_models_as_held_out_data_do(record_property):
           f"ELBO {rates['elbo']:.2f}")
     assert all(ok for kind, ok in agree["loo"] if kind != "dense")
     assert rates["loo"] > rates["elbo"]
+
+
+def test_likelihood_sites_and_the_draws_psis_needs():
+    """PSIS draws only the sites the observed sites' densities read; with the same key they are the
+    draws of the full guide, so the pointwise log-likelihood is the same to rounding."""
+    Phi, t = random_classification(1, N=30)
+    x, y = _sinc(2, N=30)
+    Phi_r = np.asarray(basis.rbf(x, delta=1.0, bias=True))
+    cases = [(CAVI(rvm.classification).run(Phi, t), {"w"}),
+             (CAVI(robust_rvm.classification).run(Phi, t), {"w"}),  # omega scales the density: not read by it
+             (CAVI(rvm.regression).run(Phi_r, y), {"w", "gamma"}),
+             (CAVI(robust_rvm.regression).run(Phi_r, y), {"w", "gamma", "omega"})]
+    for res, expected in cases:
+        assert res.likelihood_sites() == expected
+        full = res.to_inference_data(num_samples=200, seed=5)
+        part = ppl_sbl.result.inference_data(res, num_samples=200, seed=5, sites=res.likelihood_sites())
+        assert set(part.posterior.data_vars) == expected
+        np.testing.assert_allclose(part.log_likelihood["t"].values, full.log_likelihood["t"].values, rtol=1e-12)
+    res = cases[0][0]
+    draws = res.sample(0, 10, sites={"alpha"})
+    with pytest.raises(ValueError, match="'w'"):
+        res.log_likelihood(draws)
