@@ -205,7 +205,7 @@ def test_cavi_with_guide_derived_matches_the_attached_guide():
     Phi = rng.normal(size=(30, 6))
     t = Phi[:, 0] + 0.1 * rng.normal(size=30)
     hand = ppl_sbl.CAVI(rvm.regression, prune=False, max_sweeps=40, tol=1e-14, schedule="sweep").run(Phi, t)
-    derived = ppl_sbl.CAVI(rvm.regression, guide="derived", max_sweeps=40, tol=1e-14).run(Phi, t)
+    derived = ppl_sbl.CAVI(rvm.regression, guide="derived", max_sweeps=40, tol=1e-14, schedule="sweep").run(Phi, t)
     np.testing.assert_allclose(derived.elbo_trace, hand.elbo_trace, rtol=1e-10)
 
 
@@ -267,7 +267,7 @@ def test_derived_predictions_equal_the_hand_written_ones():
     labels = (t > 0).astype(float)
     for model, target in ((rvm.regression, t), (rvm.classification, labels)):
         hand = ppl_sbl.CAVI(model, prune=False, tol=1e-14, max_sweeps=30, schedule="sweep").run(Phi, target)
-        derived = ppl_sbl.CAVI(model, guide="derived", tol=1e-14, max_sweeps=30).run(Phi, target)
+        derived = ppl_sbl.CAVI(model, guide="derived", tol=1e-14, max_sweeps=30, schedule="sweep").run(Phi, target)
         for a, b in zip(jax.tree.leaves(derived.predict(Phi_new)), jax.tree.leaves(hand.predict(Phi_new))):
             np.testing.assert_allclose(a, b, rtol=1e-9)
 

@@ -92,18 +92,12 @@ def test_the_default_fit_is_the_schedule_called_directly():
 
 
 
-@pytest.mark.parametrize("case", ["grid_rvm", "derived model", "rvm guide='derived'"])
-def test_models_without_a_fast_schedule_run_the_sweep(case):
-    if case == "grid_rvm":
-        rng = np.random.default_rng(0)
-        X = rng.normal(size=(30, 3, 2))
-        t = X[:, 0, 1] - X[:, 2, 0] + 0.1 * rng.normal(size=30)
-        model, args, kwargs, options = grid_rvm.regression, (X, t), {"kind": "s"}, {}
-    elif case == "derived model":
-        model, args, kwargs, options = student_t_rvm, random_regression(2, N=30, M=5), {}, {}
-    else:
-        model, args, kwargs, options = rvm.regression, random_regression(2, N=30, M=5), {}, {"guide": "derived"}
-    common = dict(progress_bar=False, max_sweeps=200, tol=1e-8, **options)
+def test_models_without_a_fast_schedule_run_the_sweep():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 3, 2))
+    t = X[:, 0, 1] - X[:, 2, 0] + 0.1 * rng.normal(size=30)
+    model, args, kwargs = grid_rvm.regression, (X, t), {"kind": "s"}
+    common = dict(progress_bar=False, max_sweeps=200, tol=1e-8)
     cavi = ppl_sbl.CAVI(model, **common)
     default = cavi.run(*args, **kwargs)
     assert default.schedule == "sweep" and default.num_moves is None
@@ -111,6 +105,27 @@ def test_models_without_a_fast_schedule_run_the_sweep(case):
     _same_fit(default, ppl_sbl.CAVI(model, schedule="sweep", **common).run(*args, **kwargs))
     with pytest.raises(ValueError, match="no fast schedule"):
         ppl_sbl.CAVI(model, schedule="fast", **common).run(*args, **kwargs)
+
+
+@pytest.mark.parametrize("case", ["derived model, proper prior", "rvm guide='derived'"])
+def test_derived_guides_take_the_fast_schedule_where_the_prior_is_vague(case):
+    """A derived guide with an ARD vector has the fast schedule (:mod:`ppl_sbl.derived.fast`):
+    ``auto`` runs it under a vague prior, the sweep under a proper one (as for the shipped RVMs)."""
+    if case == "rvm guide='derived'":
+        model, options, vague = rvm.regression, {"guide": "derived"}, True
+    else:
+        model, options, vague = student_t_rvm, {}, False  # alpha ~ Gamma(1, 1e-2)
+    args = random_regression(2, N=30, M=5)
+    common = dict(progress_bar=False, max_sweeps=200, tol=1e-8, **options)
+    default = ppl_sbl.CAVI(model, **common).run(*args)
+    fast = ppl_sbl.CAVI(model, schedule="fast", **common).run(*args)
+    assert fast.schedule == "fast" and fast.num_moves > 0
+    if vague:
+        assert default.schedule == "fast"
+        _same_fit(default, fast)
+    else:
+        assert default.schedule == "sweep" and default.num_moves is None
+        _same_fit(default, ppl_sbl.CAVI(model, schedule="sweep", **common).run(*args))
 
 
 @pytest.mark.parametrize("name", ["rvm.regression", "rvm.classification"])

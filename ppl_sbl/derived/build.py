@@ -13,6 +13,7 @@ from jax.scipy.special import digamma
 from .. import expfam, gaussian
 from ..bounds import expected_sigmoid
 from ..guide import ClosedFormGuide
+from .fast import fit_fast
 from .objective import expected_log_joint, expected_log_terms, linear_moments, prior_log_normalisers
 from .structure import (DerivedData, DerivedState, Structure, analyse, base_function, flat, monosum, stack_sites,
                         trace_model, unstack_sites, with_array_inputs)
@@ -28,7 +29,7 @@ def covariance(state, name):
     """The covariance of the Gaussian factor ``name`` of a derived guide's state, as a dense matrix
     (factors on low-rank designs are kept in factored form during the sweeps)."""
     cov = state.cov[name]
-    return gaussian.dense_covariance(cov) if isinstance(cov, gaussian.ActiveGaussian) else cov
+    return gaussian.full_covariance(cov) if isinstance(cov, gaussian.ActiveGaussian) else cov
 
 
 def derived_guide(model, *args, **kwargs) -> ClosedFormGuide:
@@ -72,10 +73,14 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
 
     def second_moment(state, data, f):
         """E[zz^T] of a dense factor; (diag E[zz^T], tr(F F^T E[zz^T])) of a factored one."""
-        m = state.mean[f]
+        m, q = state.mean[f], state.cov[f]
+        factored = isinstance(q, gaussian.ActiveGaussian) and q.base.shape[0] > 0
+        if f in lowrank and not factored:  # a fast fit's restricted family on a low-rank design
+            full, F = covariance(state, f), data.terms[factor_term[f]].F[f]
+            return jnp.diag(full) + m ** 2, jnp.sum(F * (full @ F)) + jnp.sum((F.T @ m) ** 2)
         if f not in lowrank:
-            return state.cov[f] + jnp.outer(m, m)
-        q, F = state.cov[f], data.terms[factor_term[f]].F[f]
+            return covariance(state, f) + jnp.outer(m, m)
+        F = data.terms[factor_term[f]].F[f]
         # tr(F^T Sigma F) as kept by the update (``factor_var``: no cancellation where the data
         # dominate the prior)
         return (gaussian.covariance_diagonal(q) + m ** 2, jnp.sum(q.factor_var) + jnp.sum((F.T @ m) ** 2))
@@ -336,9 +341,20 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
         prior = jnp.exp(own.c + monosum(own.A, jnp.log(g_mean))) if own is not None else jnp.zeros(sizes[f])
         return prior, total - prior
 
+    programs = {}  # the fast schedule's compiled row functions
+    compiled_init = jax.jit(init)
+
+    def fast(*a, tol, max_passes, progress=None, vague_only=False, **kw):
+        """The fast schedule where the model's Gaussian vector has an ARD prior
+        (:mod:`ppl_sbl.derived.fast`): (data, state, fit)."""
+        data = prepare(*a, **kw)
+        state, fit = fit_fast(st, data, compiled_init(data), programs, tol=tol, max_passes=max_passes,
+                              progress=progress, vague_only=vague_only)
+        return data, state, fit
+
     has_jj, has_sum = bool(st.bernoulli), bool(st.sums)
     bound = "+".join(b for b, on in (("jaakkola-jordan", has_jj), ("log-sum", has_sum)) if on) or "none"
-    return ClosedFormGuide(prepare=prepare, init=jax.jit(init), update=update, elbo=elbo, guide=guide_fn, predict=predict,
+    return ClosedFormGuide(prepare=prepare, init=compiled_init, update=update, elbo=elbo, guide=guide_fn, predict=predict,
                            relevance=relevance, elbo_exact=elbo_exact if (has_jj or has_sum) else None,
-                           elbo_parts=elbo_parts,
+                           elbo_parts=elbo_parts, fast=fast,
                            bound=bound, observed=st.observed)

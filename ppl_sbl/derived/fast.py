@@ -1,0 +1,285 @@
+"""The fast variational schedule (:mod:`ppl_sbl.fast_ard`) for derived guides.
+
+Where a model's one Gaussian vector w has an ARD prior (w_k ~ N(0, 1 / (e^{c_k} alpha_k)), one
+Gamma element alpha_k per coefficient with a constant prior, read nowhere else), every likelihood
+term of the derived vocabulary is, with the other factors held, a quadratic form in w: a term
+reads w through v = a + B w, and its expected log density is linear in E[v] and E[v^2]
+(Normal terms with Gamma-product precisions and Gamma-valued scales, Bernoulli terms under the
+Jaakkola-Jordan bound). With eta = B w stacked over the terms' rows (the schedule's design
+Phi = B), the likelihood's part of the ELBO is
+
+    L(m, e) = sum_n ( r_n m_n - 1/2 W_n e_n ) + const,   m_n = E[eta_n], e_n = E[eta_n^2],
+
+so W = -2 dL/de and r = dL/dm, taken by autodiff of the expected log densities written over the
+rows' moments (:class:`RowFactor`). The other factors update as the derived sweep updates them,
+from the same gradient with respect to their mean parameters: each other Gamma site in the model's
+order, ``Gamma(1 + dL/dE[ln g], -dL/dE[g])``, then the Jaakkola-Jordan xi^2 = E[v^2]. Gamma sites
+with one element per observation (per-point precisions or weights) are held at their start until
+the schedule has converged once, as the robust RVM's factors hold q(omega)
+(:class:`ppl_sbl.fast_ard.RobustGaussianNoise`). The fit's state is the derived guide's: q(w)
+an :class:`ppl_sbl.gaussian.ActiveGaussian` of the restricted family, q(alpha) and the other
+factors as Gamma shapes and rates.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy.special import digamma
+
+from .. import expfam
+from ..bounds import jj_log_sigmoid_bound
+from ..fast_ard import NotApplicable, schedule
+from ..fast_ard.results import active_gaussian
+from ..priors import is_vague
+from .structure import DerivedState, monosum, stack_sites, unstack_sites
+
+__all__ = ["gamma_offsets", "ard_layout", "RowFactor", "row_factor", "fit_fast"]
+
+
+class Layout:
+    """Where the ARD prior and the likelihood's rows sit in a derived structure: the Gaussian site
+    ``f``, its precision site ``alpha``, for each coefficient k the stacked Gamma index of its
+    alpha element and the constant c_k, and the likelihood terms (Normal, then Bernoulli)."""
+
+    def __init__(self, f, alpha, element, c, normal, bernoulli):
+        self.f, self.alpha, self.element, self.c = f, alpha, element, c
+        self.normal, self.bernoulli = normal, bernoulli
+
+
+def gamma_offsets(st):
+    """{Gamma site: the index of its first element in the stacked Gamma vector}."""
+    sizes, offsets, total = dict(st.sizes), {}, 0
+    for n in st.gamma:
+        offsets[n] = total
+        total += sizes[n]
+    return offsets
+
+
+def ard_layout(st, data, offsets):
+    """The :class:`Layout` of a derived structure whose one Gaussian site has an ARD prior, or the
+    reason (text) why the fast schedule does not apply."""
+    if len(st.gauss) != 1:
+        return "the fast schedule needs one Gaussian vector; the model has " + ", ".join(st.gauss)
+    if st.sums:
+        return "a precision that is a sum of Gamma elements (log-sum bound) has no fast schedule"
+    f = st.gauss[0]
+    own = data.terms.get(f)
+    if own is None or f not in own.B or own.A.shape[1] != 1:
+        return f"site '{f}' needs a prior N(0, 1 / (c alpha_k)) with one Gamma element alpha_k per coefficient"
+    index = np.asarray(own.A[:, 0])
+    sizes = dict(st.sizes)
+    total = sum(sizes[n] for n in st.gamma)
+    owners = [n for n in st.gamma if offsets[n] <= index.min() and index.max() < offsets[n] + sizes[n]]
+    if not owners or len(np.unique(index)) != index.shape[0] or index.max() >= total:
+        return f"the precisions of '{f}' are not one Gamma element per coefficient (ARD)"
+    alpha = owners[0]
+    touching = [site for site, gammas in st.touches if alpha in gammas and site not in (f, alpha)]
+    if touching:
+        return f"the precision site '{alpha}' of '{f}' also enters {touching}"
+    b = np.asarray(own.B[f])
+    if b.ndim != 1 or not np.all(np.abs(b) == 1.0) or not np.all(np.asarray(own.a) == 0.0):
+        return f"the prior of '{f}' is not centred at zero"
+    if np.any(np.asarray(own.As) < total) or np.any(np.asarray(own.cs) != 0.0):
+        return f"the prior of '{f}' is scaled"
+    shape = np.asarray(data.priors[alpha].shape)
+    if not np.all(shape == shape.ravel()[0]):
+        return f"the Gamma priors of '{alpha}' have different shapes"
+    normal = tuple(n for n in data.terms if n != f)
+    return Layout(f, alpha, index, np.broadcast_to(np.asarray(own.c), index.shape), normal, tuple(data.jj))
+
+
+def _rows(data, layout, M):
+    """The design B (rows of every likelihood term, stacked) and each term's slice of the rows."""
+    blocks, slices, start = [], {}, 0
+    for name in layout.normal + layout.bernoulli:
+        t = data.terms[name] if name in data.terms else data.jj[name]
+        n = int(np.shape(t.a)[0])
+        b = t.B.get(layout.f)
+        if b is None:
+            block = np.zeros((n, M))
+        else:
+            b = np.asarray(b)
+            block = np.diag(b) if b.ndim == 1 else b
+        blocks.append(block)
+        slices[name] = slice(start, start + n)
+        start += n
+    return np.ascontiguousarray(np.concatenate(blocks, axis=0)), slices
+
+
+def _row_terms(data, layout, slices, m, e, g_mean, g_log, xi):
+    """The likelihood terms' expected log densities (Jaakkola-Jordan bound on Bernoulli terms) as a
+    function of the rows' m = E[eta], e = E[eta^2] (eta = B w) and the Gamma moments."""
+    log_g_mean = jnp.log(g_mean)
+    total = 0.0
+    for name in layout.normal:
+        t = data.terms[name]
+        sl = slices[name]
+        second = e[sl] + 2.0 * t.a * m[sl] + t.a ** 2  # E[v^2] of v = a + eta
+        e_tau = jnp.exp(t.c + monosum(t.A, log_g_mean))
+        e_log_tau = t.c + monosum(t.A, g_log)
+        e_scale = jnp.exp(t.cs + monosum(t.As, log_g_mean))
+        total = total + jnp.sum(e_scale * expfam.normal_expected_log_density(second, e_tau, e_log_tau))
+    for name in layout.bernoulli:
+        t = data.jj[name]
+        sl = slices[name]
+        mean = t.a + m[sl]
+        second = e[sl] + 2.0 * t.a * m[sl] + t.a ** 2
+        e_scale = jnp.exp(t.cs + monosum(t.As, log_g_mean))
+        total = total + jnp.sum(e_scale * jj_log_sigmoid_bound(t.s * mean, second, xi[name]))
+    return total
+
+
+def _other_priors(data, layout, g_mean, g_log):
+    """E[s ln p(g)] of every Gamma site but the ARD precisions (their prior's constant included)."""
+    log_g_mean = jnp.log(g_mean)
+    total = 0.0
+    for name, p in data.priors.items():
+        if name == layout.alpha:
+            continue
+        e_scale = jnp.exp(p.cs + monosum(p.As, log_g_mean))
+        total = total + jnp.sum(e_scale * expfam.gamma_expected_log_density(p.shape, p.rate, g_mean[p.sel],
+                                                                              g_log[p.sel]))
+    return total
+
+
+class RowFactor:
+    """The likelihood's factors of a derived guide as the fast schedule's factor (see the module
+    docstring): ``weights()`` -> (W, r), ``update(moments)``, ``elbo_terms(moments)``,
+    ``release()``. Holds the stacked Gamma shapes and rates (the ARD elements' entries unused) and
+    the Jaakkola-Jordan xi of every Bernoulli term."""
+
+    uniform = False
+
+    def __init__(self, st, data, layout, slices, g_shape, g_rate, programs):
+        self.st, self.data, self.layout, self.slices = st, data, layout, slices
+        self.g_shape, self.g_rate = np.array(g_shape, dtype=float), np.array(g_rate, dtype=float)
+        self.xi = {name: np.zeros(np.shape(data.jj[name].s)) for name in layout.bernoulli}
+        self.programs = programs
+        sizes = dict(st.sizes)
+        n_obs = sum(int(np.size(v)) for v in data.observed.values())
+        self.others = [n for n in st.gamma if n != layout.alpha]
+        self.held = {n for n in self.others if sizes[n] == n_obs and n_obs > 1}
+        offsets = gamma_offsets(st)
+        self.block = {n: slice(offsets[n], offsets[n] + sizes[n]) for n in st.gamma}
+        # the other factors start at the derived start's means, with the shapes their updates give
+        # (for a precision the shape 1 + dL/dE[ln g] does not depend on q(w))
+        n_rows = max(s.stop for s in slices.values())
+        g_mean, g_log = self._moments()
+        _, d_log = programs["gamma"](data, np.zeros(n_rows), np.zeros(n_rows), g_mean, g_log, self.xi)
+        for n in self.others:
+            if n not in self.held:
+                sl = self.block[n]
+                self.g_shape[sl] = 1.0 + np.asarray(d_log)[sl]
+                self.g_rate[sl] = self.g_shape[sl] / g_mean[sl]
+
+    def release(self):
+        """Let the per-observation Gamma factors update from now on; True if any was held."""
+        held, self.held = bool(self.held), set()
+        return held
+
+    def _moments(self):
+        return self.g_shape / self.g_rate, digamma(self.g_shape) - np.log(self.g_rate)
+
+    def weights(self):
+        g_mean, g_log = self._moments()
+        W, r = self.programs["weights"](self.data, g_mean, g_log, self.xi)
+        return np.asarray(W), np.asarray(r)
+
+    def update(self, moments):
+        m = np.asarray(moments.mean)
+        e = np.asarray(moments.var) + m * m
+        for n in self.others:
+            if n in self.held:
+                continue
+            g_mean, g_log = self._moments()
+            d_mean, d_log = self.programs["gamma"](self.data, m, e, g_mean, g_log, self.xi)
+            sl = self.block[n]
+            self.g_shape[sl] = 1.0 + np.asarray(d_log)[sl]
+            self.g_rate[sl] = -np.asarray(d_mean)[sl]
+        if self.layout.bernoulli:
+            xi = self.programs["xi"](self.data, m, e)
+            self.xi = {name: np.asarray(v) for name, v in xi.items()}
+
+    def elbo_terms(self, moments):
+        m = np.asarray(moments.mean)
+        e = np.asarray(moments.var) + m * m
+        g_mean, g_log = self._moments()
+        value = float(self.programs["elbo"](self.data, m, e, g_mean, g_log, self.xi))
+        for n in self.others:
+            sl = self.block[n]
+            value += float(np.sum(expfam.gamma_entropy(self.g_shape[sl], self.g_rate[sl])))
+        return value
+
+
+def row_programs(layout, slices):
+    """The compiled functions of a :class:`RowFactor` (the data are their arguments)."""
+
+    def objective(data, m, e, g_mean, g_log, xi):
+        return _row_terms(data, layout, slices, m, e, g_mean, g_log, xi) + _other_priors(data, layout, g_mean, g_log)
+
+    def weights(data, g_mean, g_log, xi):
+        n = max(s.stop for s in slices.values())
+        zero = jnp.zeros(n)
+        d_m, d_e = jax.grad(lambda m, e: _row_terms(data, layout, slices, m, e, g_mean, g_log, xi),
+                            argnums=(0, 1))(zero, zero)
+        return -2.0 * d_e, d_m
+
+    def gamma(data, m, e, g_mean, g_log, xi):
+        return jax.grad(objective, argnums=(3, 4))(data, m, e, g_mean, g_log, xi)
+
+    def xi(data, m, e):
+        out = {}
+        for name in layout.bernoulli:
+            t, sl = data.jj[name], slices[name]
+            out[name] = jnp.sqrt(e[sl] + 2.0 * t.a * m[sl] + t.a ** 2)
+        return out
+
+    return {"weights": jax.jit(weights), "gamma": jax.jit(gamma), "xi": jax.jit(xi), "elbo": jax.jit(objective)}
+
+
+def row_factor(st, data, layout, start_state, programs_cache):
+    """(design B, :class:`RowFactor`) of a derived structure with the ARD ``layout``
+    (:func:`ard_layout`), its Gamma factors at ``start_state``'s means (a derived guide's init);
+    compiled programs are kept in ``programs_cache``."""
+    Phi, slices = _rows(data, layout, dict(st.sizes)[layout.f])
+    key = (st, tuple((n, s.start, s.stop) for n, s in slices.items()))
+    if key not in programs_cache:
+        programs_cache[key] = row_programs(layout, slices)
+    g_shape = np.asarray(stack_sites(start_state.shape, st.gamma))
+    g_rate = np.asarray(stack_sites(start_state.rate, st.gamma))
+    return Phi, RowFactor(st, data, layout, slices, g_shape, g_rate, programs_cache[key])
+
+
+def fit_fast(st, data, start_state, programs_cache, *, tol, max_passes, progress, vague_only):
+    """The fast schedule on a derived structure: (state, fit) with ``state`` a
+    :class:`ppl_sbl.derived.DerivedState` of the restricted family. Raises
+    :class:`ppl_sbl.fast_ard.NotApplicable` where the structure has no ARD vector (the reason in
+    its message) or, with ``vague_only``, where the ARD prior is not vague."""
+    sizes, offsets = dict(st.sizes), gamma_offsets(st)
+    layout = ard_layout(st, data, offsets)
+    if isinstance(layout, str):
+        raise NotApplicable(layout)
+    f, alpha = layout.f, layout.alpha
+    prior = data.priors[alpha]
+    a0 = float(np.asarray(prior.shape).ravel()[0])
+    rate = np.asarray(prior.rate, dtype=float) * np.ones(sizes[alpha])
+    b0 = rate[layout.element - offsets[alpha]] * np.exp(-layout.c)  # the prior of tau_k = e^{c_k} alpha_k
+    if vague_only and not is_vague(a0):
+        raise NotApplicable(f"the hyperprior shape a0={a0!r} of '{alpha}' is not vague: the sweep fits it.")
+    Phi, factor = row_factor(st, data, layout, start_state, programs_cache)
+    fit = schedule(Phi, factor, a0=a0, b0=b0, tol=tol, max_passes=max_passes, progress=progress)
+    q = active_gaussian(fit)
+    frozen = np.asarray(fit.frozen_var)
+    log_det = float(q.log_det) + float(np.sum(np.log(frozen[frozen > 0])))
+    alpha_rate = np.array(factor.g_rate)
+    alpha_shape = np.array(factor.g_shape)
+    alpha_shape[layout.element] = a0 + 0.5
+    alpha_rate[layout.element] = (a0 + 0.5) / np.asarray(fit.x) * np.exp(layout.c)
+    state = DerivedState(mean={f: q.mean}, cov={f: q},
+                         shape=unstack_sites(jnp.asarray(alpha_shape), st.gamma, sizes),
+                         rate=unstack_sites(jnp.asarray(alpha_rate), st.gamma, sizes),
+                         xi={n: jnp.asarray(v) for n, v in factor.xi.items()},
+                         logdet={f: jnp.asarray(log_det)}, log_eta={})
+    return state, fit
+

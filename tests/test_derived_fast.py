@@ -1,0 +1,155 @@
+"""The fast schedule for derived guides (:mod:`ppl_sbl.derived.fast`): its generic likelihood factor
+against the shipped factors of :mod:`ppl_sbl.fast_ard`, derived fast fits against the shipped fast
+fits, the restricted family's ELBO against the derived guide's own and NumPyro's Monte Carlo ELBO,
+and fits of edited models (never a falling ELBO)."""
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+
+import ppl_sbl
+from ppl_sbl import fast_ard
+from ppl_sbl.derived import derived_guide
+from ppl_sbl.derived.fast import ard_layout, gamma_offsets, row_factor
+from ppl_sbl.derived.structure import analyse
+from ppl_sbl.models import robust_rvm, rvm
+
+
+def _problem(seed, N=40, M=12):
+    rng = np.random.default_rng(seed)
+    Phi = rng.normal(size=(N, M)) * rng.uniform(0.3, 2.0, M)
+    t = Phi @ (rng.normal(size=M) * (rng.random(M) < 0.4)) + 0.3 * rng.standard_t(4, N)
+    return Phi, t, (t > np.median(t)).astype(float)
+
+
+def _shipped_factor(model, data, t):
+    priors = data.priors
+    e0, f0 = (float(np.ravel(priors["gamma"].shape)[0]), float(np.ravel(priors["gamma"].rate)[0])) \
+        if "gamma" in priors else (None, None)
+    c, d = (float(np.ravel(priors["omega"].shape)[0]), float(np.ravel(priors["omega"].rate)[0])) \
+        if "omega" in priors else (None, None)
+    if model is rvm.regression:
+        return fast_ard.GaussianNoise(t, e0, f0)
+    if model is rvm.classification:
+        return fast_ard.JaakkolaJordan(t)
+    if model is robust_rvm.regression:
+        return fast_ard.RobustGaussianNoise(t, c, d, e0, f0)
+    return fast_ard.RobustJaakkolaJordan(t, c, d)
+
+
+MODELS = [(rvm.regression, False), (rvm.classification, True), (robust_rvm.regression, False),
+          (robust_rvm.classification, True)]
+
+
+@pytest.mark.parametrize("model, binary", MODELS, ids=lambda v: getattr(v, "__module__", "").split(".")[-1] + "."
+                         + getattr(v, "__name__", "") if callable(v) else "")
+def test_the_generic_factor_is_the_shipped_factor(model, binary):
+    """Same design (up to sign), same (W, r), the same updates and ELBO terms, to 1e-10."""
+    Phi, t, labels = _problem(0)
+    y = labels if binary else t
+    st, data = analyse(model, (Phi, y), {})
+    layout = ard_layout(st, data, gamma_offsets(st))
+    assert not isinstance(layout, str), layout
+    start = derived_guide(model, Phi, y).init(data)
+    B, mine = row_factor(st, data, layout, start, {})
+    sign = np.sign(B[0, 0] / Phi[0, 0])
+    np.testing.assert_allclose(B, sign * Phi, rtol=1e-15)
+    shipped = _shipped_factor(model, data, y)
+    rng = np.random.default_rng(1)
+    for step in range(3):
+        m = Phi @ rng.normal(size=Phi.shape[1]) * 0.3
+        var = rng.uniform(0.01, 0.2, size=Phi.shape[0])
+        ours = types.SimpleNamespace(mean=sign * m, var=var, var_sum=float(np.sum(var)))
+        theirs = types.SimpleNamespace(mean=m, var=var, var_sum=float(np.sum(var)))
+        if step == 1:
+            held = model in (robust_rvm.regression, robust_rvm.classification)
+            assert mine.release() == getattr(shipped, "release", lambda: False)() == held
+        mine.update(ours)
+        shipped.update(theirs)
+        (W1, r1), (W2, r2) = mine.weights(), shipped.weights()
+        np.testing.assert_allclose(W1, W2, rtol=1e-10)
+        np.testing.assert_allclose(sign * r1, r2, rtol=1e-10, atol=1e-12 * np.max(np.abs(r2)))
+        assert mine.elbo_terms(ours) == pytest.approx(shipped.elbo_terms(theirs), rel=1e-10)
+
+
+@pytest.mark.parametrize("model, binary", MODELS, ids=["rvm.regression", "rvm.classification",
+                                                       "robust.regression", "robust.classification"])
+def test_derived_fast_fits_are_the_shipped_fast_fits(model, binary):
+    Phi, t, labels = _problem(2, N=60, M=25)
+    y = labels if binary else t
+    shipped = ppl_sbl.CAVI(model).run(Phi, y)
+    derived = ppl_sbl.CAVI(model, guide="derived").run(Phi, y)
+    assert shipped.schedule == derived.schedule == "fast"
+    assert derived.elbo == pytest.approx(shipped.elbo, rel=1e-8)
+    np.testing.assert_array_equal(derived.relevant, shipped.relevant)
+    # the restricted family's ELBO is the derived guide's ELBO of its state
+    assert float(derived.guide_spec.elbo(derived.state, derived.data)) == pytest.approx(derived.elbo, rel=1e-10)
+    new = Phi[:7] + 0.1
+    ours, theirs = jax.tree.leaves(derived.predict(new)), jax.tree.leaves(shipped.predict(new))
+    if model is robust_rvm.regression:  # the derived predictive variance holds omega at its prior mean
+        ours, theirs = ours[:1], theirs[:1]
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=1e-7)
+
+
+def student_t_rvm(Phi, t=None):
+    """ARD weights, Gaussian noise with a Gamma precision per point (Student-t noise)."""
+    N, M = Phi.shape
+    alpha = numpyro.sample("alpha", dist.Gamma(1e-6, 1e-6).expand([M]).to_event(1))
+    w = numpyro.sample("w", dist.Normal(0.0, jax.lax.rsqrt(alpha)).to_event(1))
+    gamma = numpyro.sample("gamma", dist.Gamma(1e-6, 1e-6))
+    with numpyro.plate("data", N):
+        lam = numpyro.sample("lam", dist.Gamma(2.0, 2.0))
+        numpyro.sample("t", dist.Normal(Phi @ w, jax.lax.rsqrt(gamma * lam)), obs=t)
+
+
+def weighted_logit_rvm(Phi, t=None):
+    """ARD weights, each point's Bernoulli log-likelihood scaled by a Gamma weight."""
+    N, M = Phi.shape
+    alpha = numpyro.sample("alpha", dist.Gamma(1e-6, 1e-6).expand([M]).to_event(1))
+    w = numpyro.sample("w", dist.Normal(0.0, jax.lax.rsqrt(alpha)).to_event(1))
+    with numpyro.plate("data", N):
+        omega = numpyro.sample("omega", dist.Gamma(1.5, 1.5))
+        with numpyro.handlers.scale(scale=omega):
+            numpyro.sample("t", dist.Bernoulli(logits=Phi @ w), obs=t)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_edited_models_fit_fast_and_the_elbo_never_falls(seed):
+    Phi, t, labels = _problem(10 + seed, N=50, M=20)
+    for model, y in ((student_t_rvm, t), (weighted_logit_rvm, labels)):
+        res = ppl_sbl.CAVI(model).run(Phi, y)
+        assert res.schedule == "fast" and res.converged
+        trace = np.asarray(res.elbo_trace)
+        assert np.all(np.diff(trace) >= -1e-9 * np.abs(trace[1:])), np.min(np.diff(trace))
+        assert float(res.guide_spec.elbo(res.state, res.data)) == pytest.approx(res.elbo, rel=1e-10)
+        assert 0 < int(np.sum(res.relevant)) < Phi.shape[1]
+
+
+def test_a_derived_fast_fit_passes_check_guide():
+    Phi, t, _ = _problem(5, N=40, M=10)
+    res = ppl_sbl.CAVI(student_t_rvm).run(Phi, t)
+    assert res.schedule == "fast"
+    check = res.check_guide(num_particles=4000)
+    assert check.passed, check
+
+
+def test_structures_without_ard_fall_back_to_the_sweep():
+    rng = np.random.default_rng(3)
+    Phi = rng.normal(size=(30, 6))
+    t = Phi[:, 0] + 0.1 * rng.normal(size=30)
+
+    def shared(Phi, t=None):
+        alpha = numpyro.sample("alpha", dist.Gamma(1e-6, 1e-6))
+        w = numpyro.sample("w", dist.Normal(0.0, jnp.full(Phi.shape[1], 1.0) * jax.lax.rsqrt(alpha)).to_event(1))
+        gamma = numpyro.sample("gamma", dist.Gamma(1e-6, 1e-6))
+        numpyro.sample("t", dist.Normal(Phi @ w, jax.lax.rsqrt(gamma)), obs=t)
+
+    assert ppl_sbl.CAVI(shared).run(Phi, t).schedule == "sweep"
+    with pytest.raises(fast_ard.NotApplicable, match="one Gamma element per coefficient"):
+        ppl_sbl.CAVI(shared, schedule="fast").run(Phi, t)
+    assert ppl_sbl.CAVI(rvm.regression, guide="derived").run(Phi, t, a0=1.0, b0=1.0).schedule == "sweep"
