@@ -305,7 +305,7 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
                 fn = base_function(tr[n]["fn"])
                 values[n] = jnp.broadcast_to(fn.concentration / fn.rate, jnp.shape(tr[n]["value"]))
 
-        def program(zvec, a, kw):
+        def program(zvec, values, q, a, kw):
             def linear(zvec):
                 z = unstack_sites(zvec, gauss, sizes)
                 st_ = trace_model(model, a, kw, {**values, **{f: z[f].reshape(shapes[f]) for f in gauss}})[name]
@@ -315,13 +315,14 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
                 return flat(fn.loc if isinstance(fn, dist.Normal) else fn.logits, size), scale
             (mean, scale), J = linear(zvec), jax.jacfwd(lambda zv: linear(zv)[0])(zvec)
             blocks = np.cumsum([sizes[f] for f in gauss])[:-1]
-            var = sum(jnp.sum((b @ covariance(state, f)) * b, 1) for f, b in zip(gauss, jnp.split(J, blocks, axis=1)))
+            var = sum(jnp.sum((b @ covariance(q, f)) * b, 1) for f, b in zip(gauss, jnp.split(J, blocks, axis=1)))
             return mean, var, scale
 
+        inputs = (stack_sites(means, gauss), values, state)  # inputs of the program, not constants in it
         try:
-            mean, var, scale = with_array_inputs(new_args, new_kwargs)[0](program)(stack_sites(means, gauss))
+            mean, var, scale = with_array_inputs(new_args, new_kwargs)[0](program)(*inputs)
         except Exception:  # the model does not trace with array inputs (it needs concrete values): op by op
-            mean, var, scale = program(stack_sites(means, gauss), new_args, new_kwargs)
+            mean, var, scale = program(*inputs, new_args, new_kwargs)
         if scale is not None:
             return mean, var + scale ** 2
         return expected_sigmoid(mean, var)

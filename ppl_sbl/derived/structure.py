@@ -209,11 +209,10 @@ def _monomial(name, what, f: _Read, u0, u1):
     # as index lists: row i is the product of the Gamma elements idx[i, :] (padded with the index
     # one past the last element, which stands for a factor 1)
     ones = np.isclose(A, 1.0)
-    k = int(ones.sum(1).max()) if A.size else 0
-    idx = np.full((A.shape[0], k), A.shape[1], dtype=np.int32)
-    for i, row in enumerate(ones):
-        cols = np.flatnonzero(row)
-        idx[i, :len(cols)] = cols
+    counts = ones.sum(1)
+    k = int(counts.max()) if A.size else 0
+    cols = np.argsort(~ones, axis=1, kind="stable")[:, :k]  # each row's ones first, in column order
+    idx = np.where(np.arange(k)[None, :] < counts[:, None], cols, A.shape[1]).astype(np.int32)
     return jnp.asarray(c), jnp.asarray(idx)
 
 
@@ -268,15 +267,25 @@ class Structure(NamedTuple):
     sums: tuple = ()  # Normal sites whose precision is a sum of Gamma elements (log-sum bound)
 
 
-def with_array_inputs(args, kwargs):
+_COMPILED = {}  # (key, static arguments, shapes and dtypes of the arrays) -> compiled program
+
+
+def with_array_inputs(args, kwargs, key=None):
     """``(compile, abstract)`` for functions ``f(*xs, args, kwargs)``: ``compile(f)(*xs)`` runs ``f``
     compiled, the array leaves of (args, kwargs) entering as inputs of the program (not as
     constants in it; :func:`ppl_sbl.engine.array_inputs`); ``abstract(f)(*xs)`` traces it for
-    shapes only."""
-    arrays, rebuild, _ = engine.array_inputs(args, kwargs)
+    shapes only. With a hashable ``key`` the compiled program is kept for every later call with the
+    same key, static arguments and array shapes (``f`` must then be the same computation for all)."""
+    arrays, rebuild, static = engine.array_inputs(args, kwargs)
+    kept = None if key is None or static is None else (
+        key, static, tuple((np.shape(a), np.result_type(a).str) for a in arrays))
 
     def compile(f):
-        compiled = jax.jit(lambda xs, values: f(*xs, *rebuild(values)))
+        compiled = _COMPILED.get(kept) if kept is not None else None
+        if compiled is None:
+            compiled = jax.jit(lambda xs, values: f(*xs, *rebuild(values)))
+            if kept is not None:
+                _COMPILED[kept] = compiled
         return lambda *xs: compiled(xs, arrays)
 
     def abstract(f):
@@ -292,7 +301,7 @@ def analyse(model, args, kwargs):
     program where the model traces under ``jax.jit``; a model that needs concrete values (NumPy
     calls on its arguments) is read op by op instead."""
     try:
-        return _analyse(model, args, kwargs, *with_array_inputs(args, kwargs))
+        return _analyse(model, args, kwargs, *with_array_inputs(args, kwargs, key=("analyse", model)))
     except Exception:  # the model does not trace with array inputs (it needs concrete values)
         eager = lambda f: lambda *xs: f(*xs, args, kwargs)  # noqa: E731
         return _analyse(model, args, kwargs, eager, eager)
