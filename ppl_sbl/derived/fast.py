@@ -32,7 +32,8 @@ from ..bounds import jj_log_sigmoid_bound
 from ..fast_ard import NotApplicable, schedule
 from ..fast_ard.results import active_gaussian
 from ..priors import is_vague
-from .structure import DerivedState, monosum, stack_sites, unstack_sites
+from .objective import expected_log_terms
+from .structure import DerivedData, DerivedState, monosum, stack_sites, unstack_sites
 
 __all__ = ["gamma_offsets", "ard_layout", "RowFactor", "row_factor", "fit_fast"]
 
@@ -107,40 +108,39 @@ def _rows(data, layout, M):
     return np.ascontiguousarray(np.concatenate(blocks, axis=0)), slices
 
 
+def _offset_moments(t, m, e):
+    """E[v], E[v^2] of v = a + eta for a term's rows, from m = E[eta], e = E[eta^2]."""
+    return t.a + m, e + 2.0 * t.a * m + t.a ** 2
+
+
 def _row_terms(data, layout, slices, m, e, g_mean, g_log, xi):
-    """The likelihood terms' expected log densities (Jaakkola-Jordan bound on Bernoulli terms) as a
-    function of the rows' m = E[eta], e = E[eta^2] (eta = B w) and the Gamma moments."""
+    """The likelihood terms' expected log densities as a function of the rows' m = E[eta],
+    e = E[eta^2] (eta = B w) and the Gamma moments: Normal terms as in
+    :func:`ppl_sbl.derived.objective.expected_log_terms`, Bernoulli terms under the
+    Jaakkola-Jordan bound (grid RVM paper eq. (27))."""
     log_g_mean = jnp.log(g_mean)
     total = 0.0
     for name in layout.normal:
         t = data.terms[name]
-        sl = slices[name]
-        second = e[sl] + 2.0 * t.a * m[sl] + t.a ** 2  # E[v^2] of v = a + eta
+        _, second = _offset_moments(t, m[slices[name]], e[slices[name]])
         e_tau = jnp.exp(t.c + monosum(t.A, log_g_mean))
         e_log_tau = t.c + monosum(t.A, g_log)
         e_scale = jnp.exp(t.cs + monosum(t.As, log_g_mean))
         total = total + jnp.sum(e_scale * expfam.normal_expected_log_density(second, e_tau, e_log_tau))
     for name in layout.bernoulli:
         t = data.jj[name]
-        sl = slices[name]
-        mean = t.a + m[sl]
-        second = e[sl] + 2.0 * t.a * m[sl] + t.a ** 2
+        mean, second = _offset_moments(t, m[slices[name]], e[slices[name]])
         e_scale = jnp.exp(t.cs + monosum(t.As, log_g_mean))
         total = total + jnp.sum(e_scale * jj_log_sigmoid_bound(t.s * mean, second, xi[name]))
     return total
 
 
 def _other_priors(data, layout, g_mean, g_log):
-    """E[s ln p(g)] of every Gamma site but the ARD precisions (their prior's constant included)."""
-    log_g_mean = jnp.log(g_mean)
-    total = 0.0
-    for name, p in data.priors.items():
-        if name == layout.alpha:
-            continue
-        e_scale = jnp.exp(p.cs + monosum(p.As, log_g_mean))
-        total = total + jnp.sum(e_scale * expfam.gamma_expected_log_density(p.shape, p.rate, g_mean[p.sel],
-                                                                              g_log[p.sel]))
-    return total
+    """E[s ln p(g)] of every Gamma site but the ARD precisions, their priors' constants included
+    (:func:`ppl_sbl.derived.objective.expected_log_terms` on those sites alone)."""
+    priors = {name: p for name, p in data.priors.items() if name != layout.alpha}
+    terms = expected_log_terms(DerivedData({}, {}, priors, {}, {}), {}, {}, g_mean, g_log, ({}, {}))
+    return sum(terms.values(), 0.0)
 
 
 class RowFactor:
@@ -152,7 +152,7 @@ class RowFactor:
     uniform = False
 
     def __init__(self, st, data, layout, slices, g_shape, g_rate, programs):
-        self.st, self.data, self.layout, self.slices = st, data, layout, slices
+        self.data, self.layout = data, layout
         self.g_shape, self.g_rate = np.array(g_shape, dtype=float), np.array(g_rate, dtype=float)
         self.xi = {name: np.zeros(np.shape(data.jj[name].s)) for name in layout.bernoulli}
         self.programs = programs
@@ -193,11 +193,13 @@ class RowFactor:
             if n in self.held:
                 continue
             g_mean, g_log = self._moments()
+            # the conjugate-exponential fixed point: natural parameters = dL/d(E[ln g], E[g])
+            # (ppl_sbl.derived, Hoffman & Johnson's Autoconj), the derived sweep's Gamma update
             d_mean, d_log = self.programs["gamma"](self.data, m, e, g_mean, g_log, self.xi)
             sl = self.block[n]
             self.g_shape[sl] = 1.0 + np.asarray(d_log)[sl]
             self.g_rate[sl] = -np.asarray(d_mean)[sl]
-        if self.layout.bernoulli:
+        if self.layout.bernoulli:  # xi_n^2 = E[v_n^2], grid RVM paper eq. (30)
             xi = self.programs["xi"](self.data, m, e)
             self.xi = {name: np.asarray(v) for name, v in xi.items()}
 
@@ -231,8 +233,8 @@ def row_programs(layout, slices):
     def xi(data, m, e):
         out = {}
         for name in layout.bernoulli:
-            t, sl = data.jj[name], slices[name]
-            out[name] = jnp.sqrt(e[sl] + 2.0 * t.a * m[sl] + t.a ** 2)
+            _, second = _offset_moments(data.jj[name], m[slices[name]], e[slices[name]])
+            out[name] = jnp.sqrt(second)
         return out
 
     return {"weights": jax.jit(weights), "gamma": jax.jit(gamma), "xi": jax.jit(xi), "elbo": jax.jit(objective)}
