@@ -128,14 +128,16 @@ class CAVI:
         ``rvm.multiclass``: after a pass that changed the ELBO by at most ``tol``), and
         ``max_sweeps`` limits the passes. It raises
         for a model without a fast schedule, with ``init_state``, and for arguments it does not
-        take (:class:`ppl_sbl.fast_ard.NotApplicable`, e.g. ``groups=`` of the RVM models).
+        take (:class:`ppl_sbl.fast_ard.NotApplicable`). With ``groups=`` of the RVM models (one
+        precision shared by each group) it adds and re-estimates whole groups
+        (:func:`ppl_sbl.fast_ard.group_schedule`).
         ``"auto"`` (default): the fast schedule where it applies, i.e. the resolved guide has one,
         ``prune`` is true, no ``init_state`` is given and the fast schedule takes the call's
         arguments with vague hyperpriors on the precisions (it raises
         :class:`~ppl_sbl.fast_ard.NotApplicable` before any fitting work otherwise, e.g. for
-        ``groups=`` or for a0 >= :data:`ppl_sbl.priors.VAGUE_SHAPE`, whose ELBO has its optimum
-        with every coefficient in the model); the sweep everywhere else (grid RVMs, derived
-        guides, ``groups=``, ``init_state=``, ``prune=False``, proper hyperpriors such as
+        a0 >= :data:`ppl_sbl.priors.VAGUE_SHAPE`, whose ELBO has its optimum with every
+        coefficient in the model); the sweep everywhere else (grid RVMs, derived guides without
+        an ARD or grouped precision, ``init_state=``, ``prune=False``, proper hyperpriors such as
         a0 = b0 = 1e-2). :meth:`CAVIResult.refine` continues a fast fit with the sweep to its
         fixed point. ``prune=False`` always means the plain
         sweep over every coefficient, whatever the schedule. ``result.schedule`` says which

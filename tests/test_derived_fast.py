@@ -143,13 +143,39 @@ def test_structures_without_ard_fall_back_to_the_sweep():
     Phi = rng.normal(size=(30, 6))
     t = Phi[:, 0] + 0.1 * rng.normal(size=30)
 
-    def shared(Phi, t=None):
+    def shared_with_noise(Phi, t=None):
+        """One precision for the weights that also scales the noise (not ARD: it enters the likelihood)."""
         alpha = numpyro.sample("alpha", dist.Gamma(1e-6, 1e-6))
         w = numpyro.sample("w", dist.Normal(0.0, jnp.full(Phi.shape[1], 1.0) * jax.lax.rsqrt(alpha)).to_event(1))
-        gamma = numpyro.sample("gamma", dist.Gamma(1e-6, 1e-6))
+        numpyro.sample("t", dist.Normal(Phi @ w, jax.lax.rsqrt(alpha)), obs=t)
+
+    assert ppl_sbl.CAVI(shared_with_noise).run(Phi, t).schedule == "sweep"
+    with pytest.raises(fast_ard.NotApplicable, match="also enters"):
+        ppl_sbl.CAVI(shared_with_noise, schedule="fast").run(Phi, t)
+    assert ppl_sbl.CAVI(rvm.regression, guide="derived").run(Phi, t, a0=1.0, b0=1.0).schedule == "sweep"
+
+
+def group_ard_rvm(Phi, t=None):
+    """One precision per pair of columns (group ARD), Gaussian noise."""
+    N, M = Phi.shape
+    groups = np.arange(M) // 2
+    alpha = numpyro.sample("alpha", dist.Gamma(1e-6, 1e-6).expand([M // 2]).to_event(1))
+    w = numpyro.sample("w", dist.Normal(0.0, jax.lax.rsqrt(alpha[groups])).to_event(1))
+    gamma = numpyro.sample("gamma", dist.Gamma(1e-6, 1e-6))
+    with numpyro.plate("data", N):
         numpyro.sample("t", dist.Normal(Phi @ w, jax.lax.rsqrt(gamma)), obs=t)
 
-    assert ppl_sbl.CAVI(shared).run(Phi, t).schedule == "sweep"
-    with pytest.raises(fast_ard.NotApplicable, match="one Gamma element per coefficient"):
-        ppl_sbl.CAVI(shared, schedule="fast").run(Phi, t)
-    assert ppl_sbl.CAVI(rvm.regression, guide="derived").run(Phi, t, a0=1.0, b0=1.0).schedule == "sweep"
+
+def test_derived_group_ard_is_the_shipped_group_fit():
+    """The derived guide of a group-ARD program runs the group schedule on the generic factor and
+    lands where rvm.regression(groups=) does on the shipped factor, with the same priors."""
+    Phi, t, _ = _problem(4, N=50, M=12)
+    derived = ppl_sbl.CAVI(group_ard_rvm).run(Phi, t)
+    shipped = ppl_sbl.CAVI(rvm.regression).run(Phi, t, groups=np.arange(12) // 2, a0=1e-6, b0=1e-6, e0=1e-6,
+                                                f0=1e-6)
+    assert derived.schedule == shipped.schedule == "fast"
+    assert derived.elbo == pytest.approx(shipped.elbo, rel=1e-8)
+    np.testing.assert_array_equal(derived.relevant, shipped.relevant)
+    assert float(derived.guide_spec.elbo(derived.state, derived.data)) == pytest.approx(derived.elbo, rel=1e-10)
+    check = derived.check_guide(num_particles=4000)
+    assert check.passed, check

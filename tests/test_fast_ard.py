@@ -633,7 +633,7 @@ def test_bad_inputs_raise_named_errors():
     with pytest.raises(ValueError, match="`t`"):
         fast.run(Phi, t[:-1])
     with pytest.raises(ValueError, match="`groups`"):
-        fast.run(Phi, t, groups=np.zeros(5, int))
+        fast.run(Phi, t, groups=np.zeros(4, int))
     with pytest.raises(ValueError, match="`a0`"):
         F.schedule(Phi, F.GaussianNoise(t, 1e-6, 1e-6), a0=0.0)
     with pytest.raises(ValueError, match="`tol`"):

@@ -352,7 +352,7 @@ def test_cli_compare_prints_elbo_and_loo_tables(tmp_path):
     # basis functions (100 RBFs and the bias) count; ARD keeps a few
     assert by_elbo["ridge (shared precision)"]["n_relevant"] == 101
     assert 0 < by_elbo["rvm (ARD)"]["n_relevant"] < 101
-    assert by_elbo["ridge (shared precision)"]["schedule"] == "sweep" and by_elbo["rvm (ARD)"]["schedule"] == "fast"
+    assert by_elbo["ridge (shared precision)"]["schedule"] == by_elbo["rvm (ARD)"]["schedule"] == "fast"
     assert by_elbo["rvm (ARD)"]["n_vague"] == 101 + 1 and by_elbo["ridge (shared precision)"]["n_vague"] == 1 + 1
     # Gaussian likelihoods: exact LOO; the robust RVM's per-point weights: PSIS
     assert by_loo["rvm (ARD)"]["loo"] == by_loo["ridge (shared precision)"]["loo"] == "exact"

@@ -129,23 +129,23 @@ def test_derived_guides_take_the_fast_schedule_where_the_prior_is_vague(case):
 
 
 @pytest.mark.parametrize("name", ["rvm.regression", "rvm.classification"])
-def test_groups_fall_back_to_the_sweep_and_are_not_applicable_to_the_fast_schedule(name):
+def test_groups_run_the_group_schedule_by_default(name):
     model, problem = ARD_MODELS[name]
     Phi, t = problem()
     groups = np.arange(Phi.shape[1]) // 2
     default = ppl_sbl.CAVI(model, progress_bar=False).run(Phi, t, groups=groups)
-    assert default.schedule == "sweep" and default.num_sweeps > 1
-    _same_fit(default, ppl_sbl.CAVI(model, schedule="sweep", progress_bar=False).run(Phi, t, groups=groups))
+    assert default.schedule == "fast" and default.num_moves > 0
+    fast = ppl_sbl.CAVI(model, schedule="fast", progress_bar=False).run(Phi, t, groups=groups)
+    assert fast.elbo == default.elbo
+    # q(alpha) has one factor per group, and the relevant coefficients fill whole groups
+    assert np.asarray(default.state.alpha_rate).shape == (groups.max() + 1,)
+    relevant = np.asarray(default.relevant)
+    assert all(relevant[groups == g].all() or not relevant[groups == g].any() for g in np.unique(groups))
+    sweep = ppl_sbl.CAVI(model, schedule="sweep", progress_bar=False).run(Phi, t, groups=groups)
+    assert default.elbo <= sweep.elbo + 1e-8 * abs(sweep.elbo)
     # the shared precision of Bayesian ridge regression, as the ppl-sbl command fits it
     ridge = ppl_sbl.CAVI(model, progress_bar=False).run(Phi, t, groups=np.zeros(Phi.shape[1], int))
-    assert ridge.schedule == "sweep" and np.asarray(ridge.state.alpha_rate).shape == (1,)
-    fast = ppl_sbl.CAVI(model, schedule="fast", progress_bar=False)
-    with pytest.raises(fast_ard.NotApplicable, match="`groups`.*schedule='sweep'") as raised:
-        fast.run(Phi, t, groups=groups)
-    assert isinstance(raised.value, ValueError)
-    # raised before any fitting work: ahead of the check of the targets
-    with pytest.raises(fast_ard.NotApplicable):
-        fast.run(Phi, None, groups=groups)
+    assert ridge.schedule == "fast" and np.asarray(ridge.state.alpha_rate).shape == (1,)
     with pytest.raises(ValueError, match="`t` is required"):
         ppl_sbl.CAVI(model, progress_bar=False).run(Phi, None, groups=groups)
 

@@ -267,7 +267,7 @@ print(f"median E[alpha_k]: relevant {np.median(e_alpha[res.relevant]):.3g}, "
 # depend on neither the data nor the fit. Watch that last column.
 
 # %%
-# one shared precision: the fast schedule does not apply (`groups=`), so the default runs the sweep
+# one shared precision: the default schedule adds the one group of all coefficients, or not
 ridge = ppl_sbl.CAVI(rvm.regression, tol=1e-7).run(Phi, d.t_train, groups=np.zeros(M, int))
 table = ppl_sbl.compare({"ARD (RVM)": res, "shared precision (ridge)": ridge})
 print(table.to_string())

@@ -38,7 +38,7 @@ Gamma sites ``log_norm_<site>``, for the latent ones; :meth:`ppl_sbl.result.FitR
 A Gaussian factor whose terms are diagonal priors and one shared-precision likelihood with a
 low-rank Gram matrix is kept in factored form and updated by Woodbury
 (:func:`ppl_sbl.gaussian.update_active_gaussian`), as the hand-written RVM does; the sweeps do not prune. Where the one Gaussian vector has an ARD
-prior, the guide also has the fast schedule of the shipped RVMs (:mod:`ppl_sbl.derived.fast`),
+prior (one Gamma element per coefficient, or per group of them), the guide also has the fast schedule of the shipped RVMs (:mod:`ppl_sbl.derived.fast`),
 which ``CAVI``'s default ``schedule="auto"`` runs under a vague prior. The sweeps start where the
 hand-written guides start, at the data's scale: a noise precision shared by every point of an
 observed Normal site at 10 / var(observed values), each Gaussian factor's prior precision at the

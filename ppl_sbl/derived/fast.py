@@ -1,7 +1,8 @@
 """The fast variational schedule (:mod:`ppl_sbl.fast_ard`) for derived guides.
 
 Where a model's one Gaussian vector w has an ARD prior (w_k ~ N(0, 1 / (e^{c_k} alpha_k)), one
-Gamma element alpha_k per coefficient with a constant prior, read nowhere else), every likelihood
+Gamma element alpha_k per coefficient with a constant prior, read nowhere else; or one element
+shared by each group of coefficients, group ARD: :mod:`ppl_sbl.fast_ard.groups`), every likelihood
 term of the derived vocabulary is, with the other factors held, a quadratic form in w: a term
 reads w through v = a + B w, and its expected log density is linear in E[v] and E[v^2]
 (Normal terms with Gamma-product precisions and Gamma-valued scales, Bernoulli terms under the
@@ -30,6 +31,7 @@ from scipy.special import digamma
 from .. import expfam
 from ..bounds import jj_log_sigmoid_bound
 from ..fast_ard import NotApplicable, schedule
+from ..fast_ard.groups import group_schedule
 from ..fast_ard.results import active_gaussian
 from ..priors import is_vague
 from .objective import expected_log_terms
@@ -41,11 +43,12 @@ __all__ = ["gamma_offsets", "ard_layout", "RowFactor", "row_factor", "fit_fast"]
 class Layout:
     """Where the ARD prior and the likelihood's rows sit in a derived structure: the Gaussian site
     ``f``, its precision site ``alpha``, for each coefficient k the stacked Gamma index of its
-    alpha element and the constant c_k, and the likelihood terms (Normal, then Bernoulli)."""
+    alpha element and the constant c_k, the likelihood terms (Normal, then Bernoulli), and
+    ``groups`` (each coefficient's element of ``alpha``) where elements are shared, else None."""
 
-    def __init__(self, f, alpha, element, c, normal, bernoulli):
+    def __init__(self, f, alpha, element, c, normal, bernoulli, groups=None):
         self.f, self.alpha, self.element, self.c = f, alpha, element, c
-        self.normal, self.bernoulli = normal, bernoulli
+        self.normal, self.bernoulli, self.groups = normal, bernoulli, groups
 
 
 def gamma_offsets(st):
@@ -58,8 +61,9 @@ def gamma_offsets(st):
 
 
 def ard_layout(st, data, offsets):
-    """The :class:`Layout` of a derived structure whose one Gaussian site has an ARD prior, or the
-    reason (text) why the fast schedule does not apply."""
+    """The :class:`Layout` of a derived structure whose one Gaussian site has an ARD prior (one Gamma
+    element per coefficient) or a grouped one (one Gamma element shared by each group of
+    coefficients, every element used), or the reason (text) why the fast schedule does not apply."""
     if len(st.gauss) != 1:
         return "the fast schedule needs one Gaussian vector; the model has " + ", ".join(st.gauss)
     if st.sums:
@@ -67,14 +71,17 @@ def ard_layout(st, data, offsets):
     f = st.gauss[0]
     own = data.terms.get(f)
     if own is None or f not in own.B or own.A.shape[1] != 1:
-        return f"site '{f}' needs a prior N(0, 1 / (c alpha_k)) with one Gamma element alpha_k per coefficient"
+        return f"site '{f}' needs a prior N(0, 1 / (c alpha_k)) with one Gamma element alpha_k per coefficient or group"
     index = np.asarray(own.A[:, 0])
     sizes = dict(st.sizes)
     total = sum(sizes[n] for n in st.gamma)
     owners = [n for n in st.gamma if offsets[n] <= index.min() and index.max() < offsets[n] + sizes[n]]
-    if not owners or len(np.unique(index)) != index.shape[0] or index.max() >= total:
-        return f"the precisions of '{f}' are not one Gamma element per coefficient (ARD)"
+    if not owners or index.max() >= total:
+        return f"the precisions of '{f}' are not elements of one Gamma site"
     alpha = owners[0]
+    used = np.bincount(index - offsets[alpha], minlength=sizes[alpha])
+    if np.any(used == 0):
+        return f"some elements of the precision site '{alpha}' are not the precision of any element of '{f}'"
     touching = [site for site, gammas in st.touches if alpha in gammas and site not in (f, alpha)]
     if touching:
         return f"the precision site '{alpha}' of '{f}' also enters {touching}"
@@ -87,7 +94,8 @@ def ard_layout(st, data, offsets):
     if not np.all(shape == shape.ravel()[0]):
         return f"the Gamma priors of '{alpha}' have different shapes"
     normal = tuple(n for n in data.terms if n != f)
-    return Layout(f, alpha, index, np.broadcast_to(np.asarray(own.c), index.shape), normal, tuple(data.jj))
+    groups = None if np.all(used == 1) else index - offsets[alpha]
+    return Layout(f, alpha, index, np.broadcast_to(np.asarray(own.c), index.shape), normal, tuple(data.jj), groups)
 
 
 def _rows(data, layout, M):
@@ -270,14 +278,20 @@ def fit_fast(st, data, start_state, programs_cache, *, tol, max_passes, progress
     if vague_only and not is_vague(a0):
         raise NotApplicable(f"the hyperprior shape a0={a0!r} of '{alpha}' is not vague: the sweep fits it.")
     Phi, factor = row_factor(st, data, layout, start_state, programs_cache)
-    fit = schedule(Phi, factor, a0=a0, b0=b0, tol=tol, max_passes=max_passes, progress=progress)
+    if layout.groups is None:
+        fit = schedule(Phi, factor, a0=a0, b0=b0, tol=tol, max_passes=max_passes, progress=progress)
+        shape = a0 + 0.5
+    else:
+        fit = group_schedule(Phi, factor, layout.groups, a0=a0, b0=b0, tol=tol, max_passes=max_passes,
+                             progress=progress)
+        shape = a0 + 0.5 * np.bincount(layout.groups)[layout.groups]
     q = active_gaussian(fit)
     frozen = np.asarray(fit.frozen_var)
     log_det = float(q.log_det) + float(np.sum(np.log(frozen[frozen > 0])))
     alpha_rate = np.array(factor.g_rate)
     alpha_shape = np.array(factor.g_shape)
-    alpha_shape[layout.element] = a0 + 0.5
-    alpha_rate[layout.element] = (a0 + 0.5) / np.asarray(fit.x) * np.exp(layout.c)
+    alpha_shape[layout.element] = shape
+    alpha_rate[layout.element] = shape / np.asarray(fit.x) * np.exp(layout.c)  # E[alpha] = E[tau_k] e^{-c_k}
     state = DerivedState(mean={f: q.mean}, cov={f: q},
                          shape=unstack_sites(jnp.asarray(alpha_shape), st.gamma, sizes),
                          rate=unstack_sites(jnp.asarray(alpha_rate), st.gamma, sizes),

@@ -99,6 +99,12 @@ Either way an active coefficient is never frozen (that would lower the ELBO), an
 stop supporting goes on at the maximiser of (1), a large E[alpha_k] of order sqrt(s_k / (2 b0))
 with a negligible mean; the relevant coefficients are the active ones the data support.
 
+Grouped precisions. Where one alpha_g is shared by a group of coefficients (group ARD, the RVMs'
+``groups=``; one group of all of them is Bayesian ridge regression), :func:`group_schedule`
+adds and re-estimates whole groups by the block form of (1) and (2): the same restricted family,
+moves, passes and stopping rule, with a group's leave-group-out statistics in place of s_k and q_k
+(:mod:`ppl_sbl.fast_ard.groups`).
+
 Several outputs. A likelihood factor with ``num_outputs`` = C (the multinomial probit's q(y):
 :class:`MultinomialProbit`) has C coefficient vectors on one design, each with its own ARD prior
 and restricted family; given the factor the ELBO is a sum over them, so each output runs the
@@ -127,6 +133,7 @@ moves whatever the design.
 from __future__ import annotations
 
 from .algebra import frozen_optimum, frozen_value, in_model_optimum, in_model_value
+from .groups import GroupFastFit, group_schedule, group_supported
 from .factors import GaussianNoise, JaakkolaJordan, MultinomialProbit, RobustGaussianNoise, RobustJaakkolaJordan
 from .results import active_gaussian, alpha_factors
 from .schedule import (ADD, LOG_ALPHA_TOL, MAX_ALIGNMENT, MAX_SPREAD, MOVES_PER_COEFFICIENT, NEWTON, REESTIMATE,
@@ -142,6 +149,9 @@ __all__ = [
     "FastFit",
     "MultiFastFit",
     "schedule",
+    "group_schedule",
+    "group_supported",
+    "GroupFastFit",
     "standard_units",
     "GaussianNoise",
     "JaakkolaJordan",

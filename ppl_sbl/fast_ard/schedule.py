@@ -36,8 +36,8 @@ MOVES_PER_COEFFICIENT = 10
 
 
 class NotApplicable(ValueError):
-    """The fast schedule does not fit the model with these arguments (e.g. ``groups=``: the fast
-    schedule fits the ARD prior, one precision per coefficient). A guide's ``fast`` function
+    """The fast schedule does not fit the model with these arguments (e.g. a proper hyperprior
+    under ``CAVI``'s default schedule, or a derived structure without an ARD vector). A guide's ``fast`` function
     raises it before any fitting work, so that ``CAVI(schedule="auto")`` can fall back to the
     plain sweep; under ``schedule="fast"`` it reaches the caller with its message."""
 

@@ -160,30 +160,37 @@ def _regression_predict(state: RegressionState, data: RegressionData, Phi_new):
     return mean, var + state.gamma_rate / state.gamma_shape
 
 
-def _fast_args(groups):
-    """Raises :class:`ppl_sbl.fast_ard.NotApplicable` for arguments the fast schedule does not take
-    (``CAVI``'s default schedule then runs the sweep)."""
-    if groups is not None:
-        raise fast_ard.NotApplicable("the fast schedule fits the ARD model (one precision per coefficient); "
-                                     "`groups` needs schedule='sweep'.")
+def _fast_fit(Phi, factor, a0, data, groups, **kw):
+    """The fast schedule of ARD (:func:`ppl_sbl.fast_ard.schedule`) or, with ``groups``, of grouped
+    precisions (:func:`ppl_sbl.fast_ard.group_schedule`): (fit, q(alpha) shape, rate)."""
+    if groups is None:
+        fit = fast_ard.schedule(Phi, factor, a0=a0, b0=np.asarray(data.b0), **kw)
+        shape, rate = fast_ard.alpha_factors(fit, a0)
+        return fit, shape, rate
+    g = np.asarray(data.groups)
+    shape = a0 + 0.5 * np.asarray(data.group_sizes)
+    rates = np.broadcast_to(np.asarray(data.b0, dtype=np.float64), shape.shape)
+    fit = fast_ard.group_schedule(Phi, factor, g, a0=a0, b0=rates[g], **kw)
+    first = np.zeros(len(shape), dtype=np.intp)
+    first[g[::-1]] = np.arange(len(g))[::-1]  # a coefficient of each group
+    return fit, jnp.asarray(shape), jnp.asarray(shape / np.asarray(fit.x)[first])
 
 
 def _regression_fast(Phi, t=None, *, a0=1e-6, b0=None, e0=1e-6, f0=None, groups=None, tol=1e-9, max_passes=1000,
                      progress=None, vague_only=False):
-    """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`) with q(gamma) as the likelihood factor,
-    on the targets in units of s = sqrt(f0 / e0) (where the noise prior's mean is 1)."""
-    _fast_args(groups)
+    """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`; with ``groups``,
+    :func:`ppl_sbl.fast_ard.group_schedule`) with q(gamma) as the likelihood factor, on the targets
+    in units of s = sqrt(f0 / e0) (where the noise prior's mean is 1)."""
     if t is None:
         raise ValueError("`t` is required to fit the model; pass the observed targets.")
     Phi, t = check_design(Phi, t)
-    a0, b0, e0, f0 = _regression_priors(Phi, t, a0, b0, e0, f0, None)
+    a0, b0, e0, f0 = _regression_priors(Phi, t, a0, b0, e0, f0, groups)
     data = rvm_data(L.prepare_gaussian(Phi, t, positive_scalar("e0", e0), positive_scalar("f0", f0), gram=False),
-                    None, a0, b0)
+                    groups, a0, b0)
     s = math.sqrt(f0 / e0)
     noise = fast_ard.GaussianNoise(t / s, e0, e0)
-    fit = fast_ard.schedule(Phi, noise, a0=a0, b0=np.asarray(data.b0), tol=tol, max_passes=max_passes,
-                            progress=progress, target_scale=s, vague_only=vague_only)
-    shape, rate = fast_ard.alpha_factors(fit, a0)
+    fit, shape, rate = _fast_fit(Phi, noise, a0, data, groups, tol=tol, max_passes=max_passes, progress=progress,
+                                 target_scale=s, vague_only=vague_only)
     state = RegressionState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(noise.e),
                             jnp.asarray(noise.f * s * s))
     return data, state, fit
@@ -292,18 +299,16 @@ def _classification_predict(state: ClassificationState, data: ClassificationData
 
 def _classification_fast(Phi, t=None, *, a0=1e-6, b0=None, groups=None, tol=1e-9, max_passes=1000, progress=None,
                          vague_only=False):
-    """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`) with the JJ bound's xi as the
-    likelihood factor."""
-    _fast_args(groups)
+    """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`; with ``groups``,
+    :func:`ppl_sbl.fast_ard.group_schedule`) with the JJ bound's xi as the likelihood factor."""
     if t is None:
         raise ValueError("`t` is required to fit the model; pass the observed labels (0 or 1).")
     Phi, t = check_design(Phi, t, binary=True)
-    a0, b0 = _classification_rate(Phi, a0, b0, None)
-    data = rvm_data(L.prepare_bernoulli(Phi, t), None, a0, b0)
+    a0, b0 = _classification_rate(Phi, a0, b0, groups)
+    data = rvm_data(L.prepare_bernoulli(Phi, t), groups, a0, b0)
     bound = fast_ard.JaakkolaJordan(t)
-    fit = fast_ard.schedule(Phi, bound, a0=a0, b0=np.asarray(data.b0), tol=tol, max_passes=max_passes,
-                            progress=progress, vague_only=vague_only)
-    shape, rate = fast_ard.alpha_factors(fit, a0)
+    fit, shape, rate = _fast_fit(Phi, bound, a0, data, groups, tol=tol, max_passes=max_passes, progress=progress,
+                                 vague_only=vague_only)
     state = ClassificationState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(bound.xi))
     return data, state, fit
 
