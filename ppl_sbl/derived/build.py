@@ -365,7 +365,7 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
 
     has_jj, has_sum = bool(st.bernoulli), bool(st.sums)
     bound = "+".join(b for b, on in (("jaakkola-jordan", has_jj), ("log-sum", has_sum)) if on) or "none"
-    return ClosedFormGuide(prepare=prepare, init=init, update=update, elbo=elbo, guide=guide_fn, predict=predict,
+    return ClosedFormGuide(prepare=prepare, init=jax.jit(init), update=update, elbo=elbo, guide=guide_fn, predict=predict,
                            relevance=relevance, elbo_exact=elbo_exact if (has_jj or has_sum) else None,
                            elbo_parts=elbo_parts, fast=fast,
                            bound=bound, observed=st.observed)
