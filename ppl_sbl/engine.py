@@ -108,7 +108,13 @@ def state_tol(tol):
     """The stopping rule's bound on :func:`state_change`: sqrt(tol). A coordinate update's ELBO
     gain is the KL divergence by which it moves its factor, about (Delta ln x)^2 / 4 nats for a
     Gamma factor of shape 1/2, so a relative change of sqrt(tol) corresponds to the ELBO tolerance."""
-    return jnp.sqrt(tol)
+    return (np if _on_host(tol) else jnp).sqrt(tol)
+
+
+def _on_host(*values):
+    """Whether every value is a Python or NumPy number (evaluated with NumPy: the same float64
+    arithmetic, without compiling a program per operation as JAX does outside a trace)."""
+    return all(isinstance(v, (float, int, np.floating, np.integer)) for v in values)
 
 
 def compiled_step(guide):
@@ -184,7 +190,8 @@ def converged(value, old, change, tol, offset=0.0):
     """The stopping rule (see :class:`ppl_sbl.CAVI`): the ELBO changed by at most ``tol`` relative over the
     last sweep (relative to |ELBO - offset|, ``offset`` = :func:`unit_offset`, a size that does
     not depend on the data's units) and the state by at most sqrt(``tol``) (:func:`state_change`)."""
-    return (jnp.abs(value - old) <= tol * jnp.abs(value - offset)) & (change <= state_tol(tol))
+    xp = np if _on_host(value, old, change, tol, offset) else jnp
+    return (xp.abs(value - old) <= tol * xp.abs(value - offset)) & (change <= state_tol(tol))
 
 
 def compiled_chunk(guide):

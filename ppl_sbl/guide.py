@@ -165,9 +165,10 @@ class ClosedFormGuide:
 
     def compiled(self, name, fn: Callable) -> Callable:
         """``jax.jit(fn)``, made once per ``name`` and kept by this guide (``fn`` must be a function
-        of this guide alone, the same for every call with this name)."""
+        of this guide alone, the same for every call with this name); ``fn`` itself where it is
+        compiled already (a jit of it would compile its program a second time)."""
         if name not in self._compiled:
-            self._compiled[name] = jax.jit(fn)
+            self._compiled[name] = fn if hasattr(fn, "lower") else jax.jit(fn)
         return self._compiled[name]
 
     def replace(self, **changes) -> "ClosedFormGuide":

@@ -13,7 +13,7 @@ import pytest
 
 import ppl_sbl
 from ppl_sbl import fast_ard
-from ppl_sbl.derived import derived_guide
+from ppl_sbl.derived import covariance, derived_guide
 from ppl_sbl.derived.fast import ard_layout, gamma_offsets, row_factor
 from ppl_sbl.derived.structure import analyse
 from ppl_sbl.models import robust_rvm, rvm
@@ -94,6 +94,37 @@ def test_derived_fast_fits_are_the_shipped_fast_fits(model, binary):
         ours, theirs = ours[:1], theirs[:1]
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(a, b, rtol=1e-7)
+
+
+def test_one_compiled_program_serves_every_design_of_a_shape():
+    """The design is an input of a derived guide's compiled programs (analysis, start, row
+    program, predictions), never a constant in them: a fit on a second design of the same shape
+    compiles nothing, is the shipped guide's fit on that design, and predicts from it
+    (Phi_new E[w], diag(Phi_new Sigma Phi_new^T) + 1 / E[gamma])."""
+    (Phi1, t1, _), (Phi2, t2, _) = _problem(20, N=30, M=9), _problem(21, N=30, M=9)
+    ppl_sbl.CAVI(rvm.regression, guide="derived").run(Phi1, t1).predict(Phi1[:5])
+    shipped = ppl_sbl.CAVI(rvm.regression).run(Phi2, t2)
+    compiled = []
+
+    def listen(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(duration)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        derived = ppl_sbl.CAVI(rvm.regression, guide="derived").run(Phi2, t2)
+        mean, var = derived.predict(Phi2[:5])
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert compiled == []
+    assert derived.schedule == shipped.schedule == "fast"
+    assert derived.elbo == pytest.approx(shipped.elbo, rel=1e-8)
+    np.testing.assert_array_equal(derived.relevant, shipped.relevant)
+    new, q = Phi2[:5], derived.state
+    cov = np.asarray(covariance(q, "w"))
+    np.testing.assert_allclose(mean, new @ np.asarray(q.mean["w"]), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(var, np.sum((new @ cov) * new, 1) + np.asarray(q.rate["gamma"] / q.shape["gamma"]),
+                               rtol=1e-10)
 
 
 def student_t_rvm(Phi, t=None):

@@ -12,10 +12,11 @@ from jax.scipy.special import digamma
 
 from .. import expfam, gaussian
 from ..bounds import expected_sigmoid
+from ..fast_ard import NotApplicable
 from ..guide import ClosedFormGuide
-from .fast import fit_fast
+from .fast import ard_layout, fit_fast, gamma_offsets
 from .objective import expected_log_joint, expected_log_terms, linear_moments, prior_log_normalisers
-from .structure import (DerivedData, DerivedState, Structure, analyse, base_function, flat, monosum, stack_sites,
+from .structure import (QUICK, DerivedData, DerivedState, Structure, analyse, base_function, flat, monosum, stack_sites,
                         trace_model, unstack_sites, with_array_inputs)
 
 
@@ -292,20 +293,19 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
         name = st.observed
         if not name:
             raise ValueError("the model has no observed site to predict.")
-        means = {f: state.mean[f] for f in gauss}
-        g_means = {n: state.shape[n] / state.rate[n] for n in gamma}
-        tr = trace_model(model, new_args, new_kwargs)
-        if name not in tr:
-            raise ValueError(f"the model called with these arguments has no site '{name}'.")
-        values = {}
-        for n in gamma:  # E[g] from q where the shapes agree, else the prior mean
-            if tuple(jnp.shape(tr[n]["value"])) == shapes[n]:
-                values[n] = g_means[n].reshape(shapes[n])
-            else:
-                fn = base_function(tr[n]["fn"])
-                values[n] = jnp.broadcast_to(fn.concentration / fn.rate, jnp.shape(tr[n]["value"]))
 
-        def program(zvec, values, q, a, kw):
+        def program(q, a, kw):
+            tr = trace_model(model, a, kw)  # at the safe values: the sites' shapes and priors
+            if name not in tr:
+                raise ValueError(f"the model called with these arguments has no site '{name}'.")
+            values = {}
+            for n in gamma:  # E[g] from q where the shapes agree, else the prior mean
+                if tuple(jnp.shape(tr[n]["value"])) == shapes[n]:
+                    values[n] = (q.shape[n] / q.rate[n]).reshape(shapes[n])
+                else:
+                    fn = base_function(tr[n]["fn"])
+                    values[n] = jnp.broadcast_to(fn.concentration / fn.rate, jnp.shape(tr[n]["value"]))
+
             def linear(zvec):
                 z = unstack_sites(zvec, gauss, sizes)
                 st_ = trace_model(model, a, kw, {**values, **{f: z[f].reshape(shapes[f]) for f in gauss}})[name]
@@ -313,19 +313,18 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
                 size = int(np.prod(jnp.shape(st_["value"]), dtype=int))
                 scale = flat(fn.scale, size) if isinstance(fn, dist.Normal) else None
                 return flat(fn.loc if isinstance(fn, dist.Normal) else fn.logits, size), scale
+            zvec = stack_sites(q.mean, gauss)
             (mean, scale), J = linear(zvec), jax.jacfwd(lambda zv: linear(zv)[0])(zvec)
             blocks = np.cumsum([sizes[f] for f in gauss])[:-1]
             var = sum(jnp.sum((b @ covariance(q, f)) * b, 1) for f, b in zip(gauss, jnp.split(J, blocks, axis=1)))
-            return mean, var, scale
+            if scale is not None:
+                return mean, var + scale ** 2
+            return expected_sigmoid(mean, var)
 
-        inputs = (stack_sites(means, gauss), values, state)  # inputs of the program, not constants in it
-        try:
-            mean, var, scale = with_array_inputs(new_args, new_kwargs)[0](program)(*inputs)
+        try:  # the state and the new arguments are inputs of the program, not constants in it
+            return with_array_inputs(new_args, new_kwargs, key=("predict", model, st))[0](program)(state)
         except Exception:  # the model does not trace with array inputs (it needs concrete values): op by op
-            mean, var, scale = program(*inputs, new_args, new_kwargs)
-        if scale is not None:
-            return mean, var + scale ** 2
-        return expected_sigmoid(mean, var)
+            return program(state, new_args, new_kwargs)
 
     def relevance(state, data):
         """(prior precision, data precision) of each element of the first Gaussian factor: E[tau]
@@ -343,19 +342,30 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
         return prior, total - prior
 
     programs = {}  # the fast schedule's compiled row functions
-    compiled_init = jax.jit(init)
+
+    def start_gammas(data):
+        """The Gamma factors of ``init``'s state, all the fast schedule reads of it (the Gaussian
+        factors' start is left out of the program)."""
+        state = init(data)
+        return state._replace(mean={}, cov={}, xi={}, logdet={}, log_eta={})
+
+    compiled_start = jax.jit(start_gammas, compiler_options=QUICK)
 
     def fast(*a, tol, max_passes, progress=None, vague_only=False, **kw):
         """The fast schedule where the model's Gaussian vector has an ARD prior
         (:mod:`ppl_sbl.derived.fast`): (data, state, fit)."""
         data = prepare(*a, **kw)
-        state, fit = fit_fast(st, data, compiled_init(data), programs, tol=tol, max_passes=max_passes,
+        layout = ard_layout(st, data, gamma_offsets(st))
+        if isinstance(layout, str):  # before the start is compiled: the sweep runs instead
+            raise NotApplicable(layout)
+        start_state = jax.tree.map(np.asarray, compiled_start(data))
+        state, fit = fit_fast(st, data, start_state, programs, tol=tol, max_passes=max_passes,
                               progress=progress, vague_only=vague_only)
         return data, state, fit
 
     has_jj, has_sum = bool(st.bernoulli), bool(st.sums)
     bound = "+".join(b for b, on in (("jaakkola-jordan", has_jj), ("log-sum", has_sum)) if on) or "none"
-    return ClosedFormGuide(prepare=prepare, init=compiled_init, update=update, elbo=elbo, guide=guide_fn, predict=predict,
+    return ClosedFormGuide(prepare=prepare, init=jax.jit(init), update=update, elbo=elbo, guide=guide_fn, predict=predict,
                            relevance=relevance, elbo_exact=elbo_exact if (has_jj or has_sum) else None,
                            elbo_parts=elbo_parts, fast=fast,
                            bound=bound, observed=st.observed)

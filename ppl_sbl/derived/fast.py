@@ -163,7 +163,7 @@ class RowFactor:
         self.data, self.layout = data, layout
         self.g_shape, self.g_rate = np.array(g_shape, dtype=float), np.array(g_rate, dtype=float)
         self.xi = {name: np.zeros(np.shape(data.jj[name].s)) for name in layout.bernoulli}
-        self.programs = programs
+        self.rows = programs["rows"]
         sizes = dict(st.sizes)
         n_obs = sum(int(np.size(v)) for v in data.observed.values())
         self.others = [n for n in st.gamma if n != layout.alpha]
@@ -172,13 +172,13 @@ class RowFactor:
         self.block = {n: slice(offsets[n], offsets[n] + sizes[n]) for n in st.gamma}
         # the other factors start at the derived start's means, with the shapes their updates give
         # (for a precision the shape 1 + dL/dE[ln g] does not depend on q(w))
-        n_rows = max(s.stop for s in slices.values())
-        g_mean, g_log = self._moments()
-        _, d_log = programs["gamma"](data, np.zeros(n_rows), np.zeros(n_rows), g_mean, g_log, self.xi)
+        self.zero = np.zeros(max(s.stop for s in slices.values()))
+        g_mean, _ = self._moments()
+        d_log = self._evaluate(self.zero, self.zero)["d_log"]
         for n in self.others:
             if n not in self.held:
                 sl = self.block[n]
-                self.g_shape[sl] = 1.0 + np.asarray(d_log)[sl]
+                self.g_shape[sl] = 1.0 + d_log[sl]
                 self.g_rate[sl] = self.g_shape[sl] / g_mean[sl]
 
     def release(self):
@@ -189,10 +189,16 @@ class RowFactor:
     def _moments(self):
         return self.g_shape / self.g_rate, digamma(self.g_shape) - np.log(self.g_rate)
 
-    def weights(self):
+    def _evaluate(self, m, e):
+        """The row program (:func:`row_programs`) at the rows' moments m, e and the current q of
+        the other factors, its outputs on the host."""
         g_mean, g_log = self._moments()
-        W, r = self.programs["weights"](self.data, g_mean, g_log, self.xi)
-        return np.asarray(W), np.asarray(r)
+        out = self.rows(self.data, m, e, g_mean, g_log, self.xi, self.g_shape, self.g_rate)
+        return jax.tree.map(np.asarray, out)
+
+    def weights(self):
+        out = self._evaluate(self.zero, self.zero)
+        return out["W"], out["r"]
 
     def update(self, moments):
         m = np.asarray(moments.mean)
@@ -200,52 +206,45 @@ class RowFactor:
         for n in self.others:
             if n in self.held:
                 continue
-            g_mean, g_log = self._moments()
             # the conjugate-exponential fixed point: natural parameters = dL/d(E[ln g], E[g])
             # (ppl_sbl.derived, Hoffman & Johnson's Autoconj), the derived sweep's Gamma update
-            d_mean, d_log = self.programs["gamma"](self.data, m, e, g_mean, g_log, self.xi)
+            out = self._evaluate(m, e)
             sl = self.block[n]
-            self.g_shape[sl] = 1.0 + np.asarray(d_log)[sl]
-            self.g_rate[sl] = -np.asarray(d_mean)[sl]
+            self.g_shape[sl] = 1.0 + out["d_log"][sl]
+            self.g_rate[sl] = -out["d_mean"][sl]
         if self.layout.bernoulli:  # xi_n^2 = E[v_n^2], grid RVM paper eq. (30)
-            xi = self.programs["xi"](self.data, m, e)
-            self.xi = {name: np.asarray(v) for name, v in xi.items()}
+            self.xi = self._evaluate(m, e)["xi"]
 
     def elbo_terms(self, moments):
         m = np.asarray(moments.mean)
         e = np.asarray(moments.var) + m * m
-        g_mean, g_log = self._moments()
-        value = float(self.programs["elbo"](self.data, m, e, g_mean, g_log, self.xi))
-        for n in self.others:
-            sl = self.block[n]
-            value += float(np.sum(expfam.gamma_entropy(self.g_shape[sl], self.g_rate[sl])))
-        return value
+        return float(self._evaluate(m, e)["value"])
 
 
-def row_programs(layout, slices):
-    """The compiled functions of a :class:`RowFactor` (the data are their arguments)."""
+def row_programs(layout, slices, blocks):
+    """The compiled program of a :class:`RowFactor` (the data are its arguments), ``{"rows": f}``:
+    ``f(data, m, e, g_mean, g_log, xi, g_shape, g_rate)`` -> ``value``, the likelihood terms and
+    the other Gamma sites' expected log priors and entropies (their elements ``blocks``, (start,
+    stop) per site); ``d_mean``, ``d_log``, its gradient in E[g] and E[ln g]; ``W``, ``r``, -2 and 1
+    times its gradient in e and m (constants: the terms are linear in m and e); ``xi`` = sqrt(E[v^2])
+    per Bernoulli term. One program for all, so the first call compiles once."""
 
     def objective(data, m, e, g_mean, g_log, xi):
         return _row_terms(data, layout, slices, m, e, g_mean, g_log, xi) + _other_priors(data, layout, g_mean, g_log)
 
-    def weights(data, g_mean, g_log, xi):
-        n = max(s.stop for s in slices.values())
-        zero = jnp.zeros(n)
+    def rows(data, m, e, g_mean, g_log, xi, g_shape, g_rate):
+        value, (d_mean, d_log) = jax.value_and_grad(objective, argnums=(3, 4))(data, m, e, g_mean, g_log, xi)
+        for start, stop in blocks:
+            value = value + jnp.sum(expfam.gamma_entropy(g_shape[start:stop], g_rate[start:stop]))
         d_m, d_e = jax.grad(lambda m, e: _row_terms(data, layout, slices, m, e, g_mean, g_log, xi),
-                            argnums=(0, 1))(zero, zero)
-        return -2.0 * d_e, d_m
-
-    def gamma(data, m, e, g_mean, g_log, xi):
-        return jax.grad(objective, argnums=(3, 4))(data, m, e, g_mean, g_log, xi)
-
-    def xi(data, m, e):
+                            argnums=(0, 1))(m, e)
         out = {}
         for name in layout.bernoulli:
             _, second = _offset_moments(data.jj[name], m[slices[name]], e[slices[name]])
             out[name] = jnp.sqrt(second)
-        return out
+        return {"value": value, "d_mean": d_mean, "d_log": d_log, "W": -2.0 * d_e, "r": d_m, "xi": out}
 
-    return {"weights": jax.jit(weights), "gamma": jax.jit(gamma), "xi": jax.jit(xi), "elbo": jax.jit(objective)}
+    return {"rows": jax.jit(rows)}
 
 
 def row_factor(st, data, layout, start_state, programs_cache):
@@ -255,7 +254,9 @@ def row_factor(st, data, layout, start_state, programs_cache):
     Phi, slices = _rows(data, layout, dict(st.sizes)[layout.f])
     key = (st, tuple((n, s.start, s.stop) for n, s in slices.items()))
     if key not in programs_cache:
-        programs_cache[key] = row_programs(layout, slices)
+        offsets, sizes = gamma_offsets(st), dict(st.sizes)
+        blocks = tuple((offsets[n], offsets[n] + sizes[n]) for n in st.gamma if n != layout.alpha)
+        programs_cache[key] = row_programs(layout, slices, blocks)
     g_shape = np.asarray(stack_sites(start_state.shape, st.gamma))
     g_rate = np.asarray(stack_sites(start_state.rate, st.gamma))
     return Phi, RowFactor(st, data, layout, slices, g_shape, g_rate, programs_cache[key])

@@ -198,22 +198,34 @@ def _affine_check(name, what, f0, f1, J, x0, x1, tol=1e-8):
 
 def _monomial(name, what, f: _Read, u0, u1):
     """f(u, z) = ln of a positive quantity (its Jacobian in u): checks it is c + A u (A in {0, 1}, no
-    dependence on z); returns c and the index lists of A's ones (see :func:`monosum`)."""
+    dependence on z); returns c and the index lists of A's ones (see :func:`monosum`), on the host."""
     c, A = _affine_check(name, f"{what} is not a product of Gamma variables", f.base, f.u1, f.jac, u0, u1)
     if not np.allclose(f.base, f.z1):
         raise NotConjugateError(f"site '{name}': its {what} depends on a Gaussian latent variable; {SVI_HINT}.")
-    if not np.all(np.isclose(A, 0.0) | np.isclose(A, 1.0)):
+    # np.isclose(A, 0) and np.isclose(A, 1) (its default tolerances), without its temporaries
+    ones = np.abs(A - 1.0) <= 1e-8 + 1e-5
+    if not np.all(ones | (np.abs(A) <= 1e-8)):
         raise NotConjugateError(
             f"site '{name}': its {what} raises a Gamma variable to a power other than 1 (derived CAVI needs each "
             f"Gamma element at most once, to the first power); {SVI_HINT}.")
-    # as index lists: row i is the product of the Gamma elements idx[i, :] (padded with the index
-    # one past the last element, which stands for a factor 1)
-    ones = np.isclose(A, 1.0)
-    counts = ones.sum(1)
-    k = int(counts.max()) if A.size else 0
-    cols = np.argsort(~ones, axis=1, kind="stable")[:, :k]  # each row's ones first, in column order
-    idx = np.where(np.arange(k)[None, :] < counts[:, None], cols, A.shape[1]).astype(np.int32)
-    return jnp.asarray(c), jnp.asarray(idx)
+    return c, _index_lists(ones)
+
+
+def _index_lists(ones):
+    """Row i of a 0/1 matrix (boolean ``ones``, n x U) as the list of its ones' columns in order,
+    padded to the longest row with U (the index one past the last element, a factor 1)."""
+    rows, cols = np.nonzero(ones)  # row by row, each row's columns in order
+    counts = np.bincount(rows, minlength=ones.shape[0])
+    k = int(counts.max()) if rows.size else 0
+    idx = np.full((ones.shape[0], k), ones.shape[1], dtype=np.int32)
+    idx[rows, np.arange(rows.size) - np.repeat(np.cumsum(counts) - counts, counts)] = cols
+    return idx
+
+
+def _constant(size, total):
+    """(c, index lists) of a log-density scale that is the constant 1 (a site outside
+    ``numpyro.handlers.scale``): c = 0 and no Gamma element."""
+    return np.zeros(size), np.full((size, 0), total, dtype=np.int32)
 
 
 def _sum_of_gammas(log_f: _Read, u0, u1):
@@ -229,7 +241,7 @@ def _sum_of_gammas(log_f: _Read, u0, u1):
     counts = ones.sum(1)
     if counts.min() < 2 or counts.max() != counts.min():
         return None
-    return jnp.asarray(np.stack([np.flatnonzero(row) for row in ones]).astype(np.int32))
+    return _index_lists(ones)
 
 
 def monosum(idx, u):
@@ -238,7 +250,12 @@ def monosum(idx, u):
 
 
 def stack_sites(z, names):
-    return jnp.concatenate([z[n] for n in names]) if names else jnp.zeros(0)
+    """The sites ``names`` of ``z`` ({site: flat array}) stacked in that order; host arrays stay on
+    the host (no program compiled for them)."""
+    parts = [z[n] for n in names]
+    if all(isinstance(p, np.ndarray) for p in parts):
+        return np.concatenate(parts + [np.zeros(0)])
+    return jnp.concatenate(parts) if names else jnp.zeros(0)
 
 
 def unstack_sites(zvec, names, sizes):
@@ -269,13 +286,20 @@ class Structure(NamedTuple):
 
 _COMPILED = {}  # (key, static arguments, shapes and dtypes of the arrays) -> compiled program
 
+QUICK = {"xla_backend_optimization_level": 0}
+"""XLA options of the programs that run once per call (the analysis, the start, predictions): LLVM
+without its optimisation passes compiles them in about half the time; the arithmetic is the same
+(no fast-math either way), only the machine code is slower, which programs that run once do not
+notice."""
+
 
 def with_array_inputs(args, kwargs, key=None):
     """``(compile, abstract)`` for functions ``f(*xs, args, kwargs)``: ``compile(f)(*xs)`` runs ``f``
     compiled, the array leaves of (args, kwargs) entering as inputs of the program (not as
     constants in it; :func:`ppl_sbl.engine.array_inputs`); ``abstract(f)(*xs)`` traces it for
     shapes only. With a hashable ``key`` the compiled program is kept for every later call with the
-    same key, static arguments and array shapes (``f`` must then be the same computation for all)."""
+    same key, static arguments and array shapes (``f`` must then be the same computation for all).
+    The programs run once per call: they compile with :data:`QUICK`."""
     arrays, rebuild, static = engine.array_inputs(args, kwargs)
     kept = None if key is None or static is None else (
         key, static, tuple((np.shape(a), np.result_type(a).str) for a in arrays))
@@ -283,7 +307,7 @@ def with_array_inputs(args, kwargs, key=None):
     def compile(f):
         compiled = _COMPILED.get(kept) if kept is not None else None
         if compiled is None:
-            compiled = jax.jit(lambda xs, values: f(*xs, *rebuild(values)))
+            compiled = jax.jit(lambda xs, values: f(*xs, *rebuild(values)), compiler_options=QUICK)
             if kept is not None:
                 _COMPILED[kept] = compiled
         return lambda *xs: compiled(xs, arrays)
@@ -325,11 +349,12 @@ def _analyse(model, args, kwargs, compile, abstract):
         total += sizes[name]
     site_names = [n for n, _ in _sites(tr)]
     site_sizes = {n: int(np.prod(jnp.shape(tr[n]["value"]), dtype=int)) for n in site_names}
+    scaled = [n for n in site_names if tr[n]["scale"] is not None]  # the others' scale is the constant 1
     draw = np.random.default_rng(0)  # two generic points of the latent values
     z0 = {n: draw.standard_normal(sizes[n]) for n in gauss}
     z1 = {n: draw.standard_normal(sizes[n]) for n in gauss}
     u0, u1 = 0.3 * draw.standard_normal(total), 0.3 * draw.standard_normal(total)
-    zv0, zv1 = stack_sites(z0, gauss), stack_sites(z1, gauss)
+    zv0, zv1 = (np.concatenate([z[n] for n in gauss] + [np.zeros(0)]) for z in (z0, z1))
 
     def read(zvec, u, a, kw):
         """Per site: the log of its log-density scale; a Gamma prior's shape and rate; r = x - mu
@@ -343,7 +368,8 @@ def _analyse(model, args, kwargs, compile, abstract):
             st, size = trace[name], site_sizes[name]
             if st["is_observed"]:
                 out["observed"][name] = st["value"]
-            out["scale"][name] = jnp.zeros(size) if st["scale"] is None else jnp.log(flat(st["scale"], size))
+            if name in scaled:
+                out["scale"][name] = jnp.log(flat(st["scale"], size))
             fn = base_function(st["fn"])
             if name in gamma_priors:
                 out["prior"][name] = (flat(fn.concentration, size), flat(fn.rate, size))
@@ -369,12 +395,12 @@ def _analyse(model, args, kwargs, compile, abstract):
     def at(kind, name):
         return _Read(base[kind][name], at_z1[kind][name], at_u1[kind][name], d_u.get(kind, {}).get(name))
 
-    zv0, zv1, u0, u1 = (np.asarray(v) for v in (zv0, zv1, u0, u1))
     terms, jj, priors, normal, sums = {}, {}, {}, [], {}
     for name in site_names:
         size = site_sizes[name]
         # the log-density scale: a constant or a monomial in the Gamma elements, not the Gaussians
-        cs, As = _monomial(name, "log-density scale (numpyro.handlers.scale)", at("scale", name), u0, u1)
+        cs, As = (_monomial(name, "log-density scale (numpyro.handlers.scale)", at("scale", name), u0, u1)
+                  if name in scaled else _constant(size, total))
         if name in gamma_priors:
             prior = at("prior", name)
             for other in (prior.u1, prior.z1):
@@ -382,25 +408,24 @@ def _analyse(model, args, kwargs, compile, abstract):
                     raise NotConjugateError(
                         f"site '{name}': a Gamma prior whose shape or rate depends on other latent variables is not "
                         f"conjugate in derived CAVI (they must be constants); {SVI_HINT}.")
-            sel = jnp.asarray(np.arange(offsets[name], offsets[name] + size, dtype=np.int32))
-            priors[name] = _GammaPrior(jnp.asarray(prior.base[0]), jnp.asarray(prior.base[1]), cs, As, sel)
+            sel = np.arange(offsets[name], offsets[name] + size, dtype=np.int32)
+            priors[name] = _GammaPrior(prior.base[0], prior.base[1], cs, As, sel)
             continue
         linear = at("linear", name)
         what = "mean" if name in normal_sites else "logits"
         a, J = _affine_check(name, f"{what} is not affine in the Gaussian latent variables", linear.base, linear.z1,
                              linear.jac, zv0, zv1)
-        a = jnp.asarray(a)
         if not np.allclose(linear.base, linear.u1):
             raise NotConjugateError(f"site '{name}': its {what} depends on a Gamma variable; {SVI_HINT}.")
         B = dict(zip(gauss, np.split(J, np.cumsum([sizes[g] for g in gauss])[:-1], axis=1)))
         # a diagonal block (a Gaussian site's own prior) is kept as its diagonal: no dense products
-        B = {g: jnp.asarray(np.diag(b).copy() if is_diagonal(b) else b) for g, b in B.items() if np.any(b != 0)}
+        B = {g: np.diag(b).copy() if is_diagonal(b) else b for g, b in B.items() if np.any(b != 0)}
         if name in bern_sites:
             t = np.asarray(base["observed"][name], dtype=np.float64).reshape(-1)
             if not np.all((t == 0) | (t == 1)):
                 raise ValueError(f"site '{name}': Bernoulli observations must be 0 or 1; got the values "
                                  f"{np.unique(t)[:5]}. Code the labels as 0/1.")
-            jj[name] = _JJTerm(a, B, jnp.asarray(2.0 * t - 1.0), cs, As)
+            jj[name] = _JJTerm(a, B, 2.0 * t - 1.0, cs, As)
             continue
         try:
             c, A = _monomial(name, "precision (1 / scale^2)", at("precision", name), u0, u1)
@@ -410,18 +435,16 @@ def _analyse(model, args, kwargs, compile, abstract):
                 raise not_product
             sums[name] = _SumTerm(a, B, idx, cs, As)
             continue
-        uniform = bool(np.all(np.asarray(A) == np.asarray(A)[:1]) and np.all(np.asarray(As) == np.asarray(As)[:1])
-                       and np.ptp(np.asarray(c)) == 0 and np.ptp(np.asarray(cs)) == 0)  # every row alike
-        G, aTa, BTa, F = {}, jnp.zeros(()), {}, {}
-        if uniform:  # (in NumPy: the analysis compiles no programs of its own)
-            Bn, an = {g: np.asarray(b) for g, b in B.items()}, np.asarray(a)
-            G = {g: jnp.asarray(np.diag(b ** 2) if b.ndim == 1 else b.T @ b) for g, b in Bn.items()}
+        uniform = bool(np.all(A == A[:1]) and np.all(As == As[:1]) and np.ptp(c) == 0 and np.ptp(cs) == 0)  # rows alike
+        G, aTa, BTa, F = {}, np.zeros(()), {}, {}
+        if uniform:
+            G = {g: np.diag(b ** 2) if b.ndim == 1 else b.T @ b for g, b in B.items()}
             if len(B) == 1:
-                (g, b), = Bn.items()
-                aTa, BTa = jnp.asarray(np.sum(an ** 2)), {g: jnp.asarray(apply_matrix(b, an) if b.ndim == 1 else b.T @ an)}
-                factor = low_rank_factor(np.asarray(G[g])) if b.ndim == 2 else None
+                (g, b), = B.items()
+                aTa, BTa = np.sum(a ** 2), {g: apply_matrix(b, a) if b.ndim == 1 else b.T @ a}
+                factor = low_rank_factor(G[g]) if b.ndim == 2 else None
                 if factor is not None:
-                    F, G = {g: jnp.asarray(factor)}, {}
+                    F, G = {g: factor}, {}
         terms[name] = _Term(a, B, c, A, cs, As, G, aTa, BTa, F)
         normal.append((name, uniform, tuple(B), tuple(F)))
     latent_order = tuple(n for n, _ in _sites(tr) if n in gauss or n in gamma)
@@ -450,8 +473,9 @@ def _analyse(model, args, kwargs, compile, abstract):
         latent_order=latent_order, normal=tuple(normal), bernoulli=tuple((n, tuple(jj[n].B)) for n in jj),
         sums=tuple((n, tuple(sums[n].B), tuple(sums[n].idx.shape)) for n in sums),
         priors=tuple(priors), observed=observed[0] if observed else "", touches=touches, lowrank=tuple(lowrank))
-    values = {n: jnp.asarray(v) for n, v in base["observed"].items()}
-    return structure, DerivedData(terms, jj, priors, sums, values)
+    # the numbers to the device as they are: no program compiled (jnp.asarray would compile one per
+    # shape); the analysis itself works on the host
+    return structure, jax.device_put(DerivedData(terms, jj, priors, sums, base["observed"]))
 
 
 
