@@ -42,14 +42,16 @@ do not resolve (eigenvalues of S below ``_COLLINEAR`` of its data precision: its
 span of the active ones, or of each other, to working precision) are dropped from (G1): they carry
 neither precision nor quality.
 
-Moves (:func:`group_schedule`): add a frozen group at the maximiser of (G1), or re-estimate an
-active one to it; the gain is the exact change of the restricted-family ELBO, max F_in - F_out(x_g)
-or max F_in - F_in(x_g). After each move q(w) and every group's statistics are recomputed from the
-active block's Cholesky factor. Passes and the stopping rule are :func:`ppl_sbl.fast_ard.schedule`'s:
-the best move above tol |ELBO| at a time, then the re-estimates below that floor that still move
-ln E[alpha_g] by sqrt(tol) (weighted by the data's share of the group's precision), then the
-likelihood factor's update given q(w), the frozen groups' x at the maximiser of (G2). No group leaves
-the model (freezing lowers the ELBO); ``supported`` tells the groups the data support from the rest.
+Moves (:func:`group_schedule`): add a frozen group at the global maximiser of (G1), or
+re-estimate an active one to the maximiser Newton's method reaches from its current x; the gain is
+the exact change of the restricted-family ELBO, F_in(x') - F_out(x_g) or F_in(x') - F_in(x_g).
+A move updates q(w) and every group's S and Q by the block form of Tipping & Faul's (2003,
+appendix) rank-one updates (rank d_g); a pass starts from a fresh Cholesky factorisation.
+Passes and the stopping rule are :func:`ppl_sbl.fast_ard.schedule`'s: the best move above
+tol |ELBO| at a time, then the re-estimates below that floor that still move ln E[alpha_g] by
+sqrt(tol) (weighted by the data's share of the group's precision), then the likelihood factor's
+update given q(w), the frozen groups' x at the maximiser of (G2). No group leaves the model
+(freezing lowers the ELBO); ``supported`` tells the groups the data support from the rest.
 """
 from __future__ import annotations
 
@@ -62,8 +64,7 @@ from scipy.special import digamma
 
 from ..priors import is_vague
 from .algebra import LOG_2PI, check_hyperparameters, gamma_prior_and_entropy
-from .factors import weights_change
-from .schedule import ADD, LOG_ALPHA_TOL, MOVES_PER_COEFFICIENT, REESTIMATE, UPDATE, NotApplicable
+from .schedule import ADD, LOG_ALPHA_TOL, MOVES_PER_COEFFICIENT, REESTIMATE, NotApplicable, run_passes
 from .units import original_units, standard_units
 
 __all__ = ["GroupFastFit", "group_in_model_value", "group_frozen_value", "group_in_model_optimum",
@@ -521,6 +522,31 @@ class _GroupSchedule:
         self.x[g] = x_new
         return True
 
+    def add(self, g, x_new):
+        return self.move(ADD, g, x_new)
+
+    def reestimate(self, g, x_new):
+        return self.move(REESTIMATE, g, x_new)
+
+    def polish(self, budget):
+        """The re-estimates below the floor of :meth:`best_move` (its ``polish``), the best at a
+        time, at most ``budget``; a refused one holds its group for the pass. Returns their gains."""
+        gains = []
+        while len(gains) < budget:
+            move = self.best_move(0.0, polish=True)
+            if move is None:
+                break
+            _, g, target, gain = move
+            if self.reestimate(g, target):
+                gains.append(gain)
+            else:
+                self.held[g] = True
+        return gains
+
+    @property
+    def K(self):
+        return len(self.active)
+
     def moments(self):
         return _Moments(self)
 
@@ -601,47 +627,6 @@ def group_schedule(Phi, factor, groups, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passe
         raise NotApplicable(f"the hyperprior shape a0={a0!r} is not vague (a0 >= ppl_sbl.priors.VAGUE_SHAPE): the "
                             "ELBO's optimum keeps every group in the model, where the sweep goes directly.")
     exact = not is_vague(a0) if entry is None else entry == "exact"
-    max_moves = np.inf if max_moves is None else int(max_moves)
     work = _GroupSchedule(Phi, factor, groups, a0, b0, exact)
-    work.settle = math.sqrt(tol)
-    per_pass = MOVES_PER_COEFFICIENT * len(work.x)
-    value = work.elbo()
-    trace, events = [value], []
-    moves, passes, converged = 0, 0, False
-    while passes < int(max_passes):
-        passes += 1
-        start, first = value, moves
-        work.held[:] = False
-        while moves < max_moves and moves - first < per_pass:
-            move = work.best_move(tol * max(1.0, abs(value)))
-            if move is None:
-                move = work.best_move(0.0, polish=True)
-                if move is None:
-                    break
-            kind, g, target, gain_ = move
-            if not work.move(kind, g, target):
-                work.held[g] = True
-                continue
-            moves += 1
-            value += gain_
-            trace.append(value)
-            events.append(kind)
-        before = factor.weights()
-        factor.update(work.moments())
-        work.set_factor()
-        value = work.elbo()
-        trace.append(value)
-        events.append(UPDATE)
-        if progress is not None:
-            progress(passes, moves, value, len(work.active))
-        if moves >= max_moves:
-            break
-        if (moves == first and abs(value - start) <= tol * abs(value)
-                and weights_change(before, factor.weights()) <= math.sqrt(tol)):
-            release = getattr(factor, "release", None)
-            if release is not None and release():
-                continue
-            converged = True
-            break
-    fit = work.result(trace, events, moves, passes, converged)
+    fit = run_passes(work, factor, tol, max_passes, max_moves, progress, MOVES_PER_COEFFICIENT * len(work.x))
     return original_units(fit, gain, offset)

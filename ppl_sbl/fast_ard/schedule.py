@@ -493,10 +493,20 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
 
 def _schedule(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact):
     """:func:`schedule` with one output, in the units of :func:`standard_units`."""
-    max_moves = np.inf if max_moves is None else int(max_moves)
     work = _Schedule(Phi, factor, a0, b0, exact)
+    return run_passes(work, factor, tol, max_passes, max_moves, progress, MOVES_PER_COEFFICIENT * Phi.shape[1])
+
+
+def run_passes(work, factor, tol, max_passes, max_moves, progress, per_pass):
+    """The passes of :func:`schedule` on a schedule's state ``work`` (the coefficients' one,
+    :class:`_Schedule`, or the groups' of :mod:`ppl_sbl.fast_ard.groups`: ``held``, ``settle``,
+    ``best_move(floor)``, ``polish(budget)``, ``add``, ``reestimate``, ``moments()``,
+    ``set_factor()``, ``elbo()``, ``result(...)``): in each, the best move above tol |ELBO| at a
+    time and, where none is left, the re-estimates below that floor, until neither moves or the pass
+    has made ``per_pass`` moves; then the likelihood factor's update; the stopping rule of
+    :func:`schedule`. Returns ``work.result(trace, events, moves, passes, converged)``."""
+    max_moves = np.inf if max_moves is None else int(max_moves)
     work.settle = math.sqrt(tol)
-    per_pass = MOVES_PER_COEFFICIENT * Phi.shape[1]
     value = work.elbo()
     trace, events = [value], []
     moves, passes, converged = 0, 0, False
