@@ -6,6 +6,8 @@ import sys
 
 import numpy as np
 
+from ._cache import compilation_cache
+
 __all__ = ["main"]
 
 # ripley: Tipping (2001) used a Gaussian kernel of width 0.5, exp(-||x - x'||^2 / 0.5^2);
@@ -388,6 +390,7 @@ def _positive_float(text):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    compilation_cache()  # JAX's persistent compilation cache (off with PPL_SBL_NO_COMPILATION_CACHE=1)
     try:
         return args.func(args)
     except ValueError as err:

@@ -29,6 +29,7 @@ except ImportError as err:  # pragma: no cover - exercised only without scikit-l
                       "SuperSparseClassifier) need scikit-learn: pip install 'ppl-sbl[sklearn]'. The models "
                       "themselves (ppl_sbl.models, ppl_sbl.CAVI) do not.") from err
 
+from ._cache import compilation_cache
 from .inference import CAVI
 from .validation import ConvergenceWarning as _LibraryConvergenceWarning
 from .validation import check_targets
@@ -219,6 +220,7 @@ class RVR(RegressorMixin, _RVMBase):
         self.schedule = schedule
 
     def fit(self, X, y):
+        compilation_cache()  # JAX's persistent compilation cache, unless the user configured or disabled it
         from .models import rvm
 
         X, y = validate_data(self, X, y, y_numeric=True, dtype=np.float64, ensure_min_samples=2)
@@ -292,6 +294,7 @@ class RVC(ClassifierMixin, _RVMBase):
         self.multi_class = multi_class
 
     def fit(self, X, y):
+        compilation_cache()  # JAX's persistent compilation cache, unless the user configured or disabled it
         from .models import rvm
 
         if self.multi_class not in MULTI_CLASS:
@@ -383,6 +386,7 @@ class GPLVMClassifier(ClassifierMixin, ClassNamePrefixFeaturesOutMixin, Transfor
         self.seed = seed
 
     def fit(self, X, y):
+        compilation_cache()  # JAX's persistent compilation cache, unless the user configured or disabled it
         from .datasets import one_of_k
         from .models import gplvm
 
@@ -516,6 +520,7 @@ class SuperSparseRegressor(RegressorMixin, _SuperSparseBase):
     """
 
     def fit(self, X, y, sample_weight=None):
+        compilation_cache()  # JAX's persistent compilation cache, unless the user configured or disabled it
         X, y = validate_data(self, X, y, y_numeric=True, dtype=np.float64, ensure_min_samples=2)
         X, y, sample_weight = self._weighted(X, y.astype(np.float64), sample_weight)
         self.result_ = self._fit_one(X, y, sample_weight)
@@ -549,6 +554,7 @@ class SuperSparseClassifier(ClassifierMixin, _SuperSparseBase):
     """
 
     def fit(self, X, y, sample_weight=None):
+        compilation_cache()  # JAX's persistent compilation cache, unless the user configured or disabled it
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=2)
         check_classification_targets(y)
         X, y, sample_weight = self._weighted(X, y, sample_weight)

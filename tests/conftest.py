@@ -5,26 +5,31 @@ import os
 # OpenBLAS; inherited by the tutorial and script subprocesses the tests start.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-# One XLA compilation cache for the whole run, shared by both workers and every tutorial, CLI and
-# script subprocess (they inherit the environment): most of the suite's CPU time is XLA
-# compiling, and tests and scripts compile the same computations again (same shapes, fresh
-# closures, other processes), which the in-memory cache of one process cannot reuse. Every
-# compilation is cached (the default keeps only those over one second). A fresh directory per
-# run, so the suite's time is that of a clean checkout; set JAX_COMPILATION_CACHE_DIR to a
-# lasting folder to keep it.
-_CACHE_MADE_HERE = None
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    import tempfile
-
-    _CACHE_MADE_HERE = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="ppl-sbl-xla-cache-")
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+# JAX's persistent compilation cache for the whole run (ppl_sbl.compilation_cache: a folder under
+# the user's cache directory, or JAX_COMPILATION_CACHE_DIR where set; off with
+# PPL_SBL_NO_COMPILATION_CACHE=1), shared by both workers and, through the environment, by every
+# subprocess a test starts: most of the suite's CPU time is XLA compiling, and tests compile the
+# same computations again (same shapes, fresh closures, other processes), which the in-memory cache
+# of one process cannot reuse. Every compilation is cached (the library's default keeps those over
+# 0.1 s). For the time of a clean checkout, point XDG_CACHE_HOME (or JAX_COMPILATION_CACHE_DIR)
+# at an empty folder.
+_CACHE_ON = os.environ.get("PPL_SBL_NO_COMPILATION_CACHE", "") in ("", "0")
+if _CACHE_ON:
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 import jax
 import numpy as np
 import pytest
 
 jax.config.update("jax_enable_x64", True)
+
+if _CACHE_ON:
+    from ppl_sbl import compilation_cache
+
+    _folder = compilation_cache()
+    if _folder:
+        os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _folder)  # the subprocesses
 
 
 @pytest.fixture
@@ -49,14 +54,6 @@ LONGEST_FIRST = ("test_tutorials.py", "test_estimators.py", "test_gplvm.py", "te
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
-
-
-def pytest_unconfigure(config):
-    # the process that made the run's compilation cache (the xdist controller) removes it
-    if _CACHE_MADE_HERE is not None and not hasattr(config, "workerinput"):
-        import shutil
-
-        shutil.rmtree(_CACHE_MADE_HERE, ignore_errors=True)
 
 
 _MAX_MAPPINGS = 30000  # about half of the usual vm.max_map_count (65530)
