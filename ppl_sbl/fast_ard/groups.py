@@ -355,6 +355,7 @@ class _GroupSchedule:
             self.S = self.H.copy()
             self.Qv = self.b.copy()
         self._locate()
+        self._kept = {}  # group -> its leave_group_out row, while no other group has moved
 
     def _locate(self):
         self.position = np.full(self.Phi.shape[1] + 1, -1, dtype=np.intp)
@@ -412,6 +413,17 @@ class _GroupSchedule:
         q2 = np.where(resolved, q * q, 0.0)
         return lam, q2, np.any(resolved, axis=1) & (scale > 0)
 
+    def _leave_group_out_kept(self, rows):
+        """:meth:`leave_group_out` of ``rows``, reusing the rows computed since the last move of
+        another group (a group's leave-group-out statistics do not depend on its own x, nor on
+        whether it is in the model)."""
+        missing = np.array([g for g in rows if g not in self._kept], dtype=np.intp)
+        if len(missing):
+            for g, row in zip(missing, zip(*self.leave_group_out(missing))):
+                self._kept[int(g)] = row
+        lam, q2, resolved = zip(*(self._kept[int(g)] for g in rows))
+        return np.array(lam), np.array(q2), np.array(resolved)
+
     def evaluate(self, rows, polish=False, support=None):
         """(gain, target x, supported) of the best move of each group in ``rows`` (module docstring,
         "Moves"); ``supported`` is judged for the frozen groups (where ``support`` is None) or where
@@ -422,7 +434,7 @@ class _GroupSchedule:
         otherwise a re-estimate that moves ln x by less than ``LOG_ALPHA_TOL``. An active group's
         target is the maximiser of (G1) that Newton's method reaches from its x, a frozen one's the
         global maximiser."""
-        lam, q2, resolved = self.leave_group_out(rows)
+        lam, q2, resolved = self._leave_group_out_kept(rows)
         inside = self.in_model[rows]
         supported = np.zeros(len(rows), dtype=bool)
         judged = resolved & (~inside if support is None else support)
@@ -520,6 +532,7 @@ class _GroupSchedule:
             self.Qv = self.Qv + e @ (C @ mu_g)
             self.log_det -= 2.0 * float(np.sum(np.log(np.diag(chol[0]))))
         self.x[g] = x_new
+        self._kept = {g: self._kept[g]} if g in self._kept else {}
         return True
 
     def add(self, g, x_new):
