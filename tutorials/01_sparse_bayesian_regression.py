@@ -446,8 +446,9 @@ print(f"leaving basis function {k} out costs {gap_k:.4f} nats; "
       f"sqrt(2 b0)(sqrt h - sqrt(s - q^2)) = {np.sqrt(2e-6) * (np.sqrt(h_k) - np.sqrt(s_k - q_k**2)):.4f}")
 
 # %% [markdown]
-# The fast schedule is `CAVI`'s default for the ARD models wherever it applies (with `groups=`,
-# `init_state=` or `prune=False` the default runs the sweep; `result.schedule` says which ran),
+# The fast schedule is `CAVI`'s default for the ARD models wherever it applies (with `groups=` it
+# adds and re-estimates whole groups; with `init_state=` or `prune=False` the default runs the
+# sweep; `result.schedule` says which ran),
 # and what `ppl_sbl.RVR` and `ppl_sbl.RVC` use. Its speed against compiled peers (Tipping's
 # SparseBayes in C++, `fastrvm`) is measured in `benchmarks/rvm.py`.
 #

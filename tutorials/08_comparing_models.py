@@ -312,7 +312,7 @@ for name, res in fits.items():
 # Now models without a closed form: RVM classification (`rvm.classification`, a logistic
 # likelihood with the Jaakkola-Jordan bound) on Ripley's two-class data, with an RBF basis of
 # width 0.5 ($\delta = 4$, Tipping's choice). Three fits: ARD by the default fast schedule, one
-# shared precision (for which the default runs the sweep), and the robust RVM of tutorial 03
+# shared precision (the fast schedule's one group, added or not), and the robust RVM of tutorial 03
 # (`robust_rvm.classification`, fast schedule): the models that the command line's main job,
 # `ppl-sbl compare --dataset ripley`, compares. The held-out criterion is the Bernoulli
 # log-likelihood of the 1000 test labels under $P(t = 1 \mid t_\text{train}) = \mathbb
@@ -350,9 +350,9 @@ for name, res in class_fits.items():
           f"({ripley_lpd[name].mean():.4f} per point), test error {error:.1%}")
 
 # %% [markdown]
-# By ELBO the shared precision wins by more than a thousand nats, and `compare` raises three
-# warnings: vague hyperparameters (section 1), different schedules and the robust RVM's
-# unnormalised likelihood (both in section 4). Leave-one-out (the `loo` column says `psis`;
+# By ELBO the shared precision wins by more than a thousand nats, and `compare` raises two
+# warnings: vague hyperparameters (section 1) and the robust RVM's unnormalised likelihood
+# (section 4). Leave-one-out (the `loo` column says `psis`;
 # check that `pareto_k_max` stays below 0.7) and the test set rank ARD and the shared precision
 # by a few nats, and the test errors are within a fraction of a percent. The ELBO table's
 # `local_bound` column holds the nats the Jaakkola-Jordan bound loses against the exact ELBO of
@@ -500,7 +500,7 @@ plt.show()
 # `ppl_sbl.ComparisonWarning` (a `UserWarning`, so `warnings.simplefilter("error",
 # ppl_sbl.ComparisonWarning)` turns it into an error) when it does not. Each warning says what to
 # compare instead. Section 1 met the vague hyperparameters; the Ripley table of section 2 raised
-# the other two ELBO warnings.
+# the unnormalised likelihood's.
 #
 # **Different schedules.** `CAVI`'s default for the ARD models is the fast schedule, one
 # coefficient at a time (tutorial 01, section 7). Coefficients it never adds stay frozen at zero,
