@@ -41,8 +41,9 @@ def plot_relevance(result, ax=None, **kwargs):
     model at its best precision exceeds its ELBO out of it. Points are coloured by the result's
     ``relevant``; coefficients that share one precision (``groups=``) are judged as a group as a
     whole, so relevant points of a supported group can lie below the line and irrelevant ones
-    above it. Coefficients outside the model (q_k = 0: pruned or frozen) are drawn at the bottom
-    of the axis, as triangles. For a grid model (one precision per index of each table axis) this
+    above it. Coefficients outside the model (q_k = 0: pruned or frozen) and those whose s_k the fit
+    does not resolve (``support_ratio`` 0, :data:`ppl_sbl.relevance.RESOLVED_SHARE`) are drawn at
+    the bottom of the axis, as triangles. For a grid model (one precision per index of each table axis) this
     draws :func:`plot_grid_relevance` instead (``ax`` is then a sequence of axes, one per panel).
     """
     import matplotlib.pyplot as plt
@@ -61,7 +62,7 @@ def plot_relevance(result, ax=None, **kwargs):
     ratio = np.clip(ratio, floor, top)
     for mask, style in ((~relevant & shown, dict(marker="o", color="0.7", ms=3, label="not relevant")),
                         (relevant, dict(marker="o", color="C3", ms=5, label="relevant")),
-                        (~shown, dict(marker="v", color="0.7", ms=3, label="out of the model (q = 0)"))):
+                        (~shown, dict(marker="v", color="0.7", ms=3, label="out of the model or s unresolved"))):
         if np.any(mask):
             ax.semilogy(k[mask], ratio[mask], ls="", **{**style, **kwargs})
     ax.axhline(result.relevance_ratio, ls="--", color="k", lw=1)

@@ -504,7 +504,8 @@ class CAVIResult(ResultMethods, Saveable):
     @property
     def support_ratio(self) -> np.ndarray:
         """q_k^2 / s_k of each coefficient (:mod:`ppl_sbl.relevance`; several outputs: the largest
-        over them), 0 outside the active set: above ``relevance_ratio`` the data support w_k on its
+        over them), 0 outside the active set and where s_k is not resolved
+        (:data:`ppl_sbl.relevance.RESOLVED_SHARE`): above ``relevance_ratio`` the data support w_k on its
         own (coefficients that share one precision are judged as a group, :attr:`relevant`). For a
         guide with no Gaussian factor to read, ``1 / precision_ratio``."""
         found = self._support()
