@@ -519,7 +519,8 @@ class CAVIResult(ResultMethods, Saveable):
         the ELBO with w_k in the model at its best precision exceeds the ELBO with it out:
         q_k^2 > r s_k, with s_k = 1/Sigma_kk - P_k and q_k = mu_k / Sigma_kk its leave-one-out
         precision and quality given the fit's other factors (P_k = E[alpha_k], q(w) = N(mu,
-        Sigma)) and r = ``relevance_ratio`` (1: the rule itself). Coefficients that share one
+        Sigma)) and r = ``relevance_ratio`` (1: the rule itself), where the fit resolves s_k (the
+        data's share 1 - P_k Sigma_kk above :data:`ppl_sbl.relevance.RESOLVED_SHARE`). Coefficients that share one
         precision (the RVMs' ``groups=``, e.g. ``np.zeros(M, int)``, Bayesian ridge; group ARD in
         derived models) are judged as a group, by the block form of the same comparison
         (:func:`ppl_sbl.fast_ard.group_supported`), and all of a supported group's coefficients

@@ -25,7 +25,8 @@ nats), and the ones a sweep is still taking out of the model (E[alpha_k] growing
 
 A coefficient outside the active set (pruned by the sweep, frozen by the fast schedule) has
 mean zero, so q_k = 0: never relevant. For an active coefficient of a fast fit this is the
-schedule's own test (``FastFit.supported``), so fast and sweep results count alike.
+schedule's own test (``FastFit.supported``; up to the resolution above), so fast and sweep
+results count alike.
 """
 from __future__ import annotations
 

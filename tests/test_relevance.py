@@ -2,6 +2,7 @@
 factors, against the leave-one-out statistics computed from the design, the fast schedule's own
 supported set, and the same data fitted by both schedules."""
 import dataclasses
+import warnings
 
 import numpy as np
 import pytest
@@ -109,3 +110,18 @@ def test_fast_and_sweep_fits_count_alike(model):
         found[schedule] = set(res.relevance_indices.tolist())
         assert {2, 5, 9} <= found[schedule] and len(found[schedule]) <= 7, found
     assert len(found["fast"] ^ found["sweep"]) <= 1, found
+
+
+def test_a_derived_sweep_reads_its_dense_factor_as_the_shipped_guide_reads_its_own():
+    """The derived guide's q(w) (a dense mean and covariance) gives the shipped guide's verdicts
+    and q^2 / s on the same sweeps (the two guides' states agree sweep by sweep, test_derived)."""
+    Phi, t = random_regression(3, N=30, M=8)
+    run = dict(schedule="sweep", prune=False, progress_bar=False, max_sweeps=200, tol=1e-300)  # 200 sweeps each
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # not converged: the same number of sweeps is the point
+        shipped = ppl_sbl.CAVI(rvm.regression, **run).run(Phi, t)
+        derived = ppl_sbl.CAVI(rvm.regression, guide="derived", **run).run(Phi, t)
+    assert shipped.num_sweeps == derived.num_sweeps == 200
+    np.testing.assert_array_equal(derived.relevant, shipped.relevant)
+    np.testing.assert_allclose(derived.support_ratio, shipped.support_ratio, rtol=1e-6)
+    assert 0 < derived.relevant.sum() < 8
