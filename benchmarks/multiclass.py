@@ -72,7 +72,7 @@ def describe_rvc(model, p):
     per_class = 0
     for r in model.results_:
         if not hasattr(r.state.w, "_fields"):  # the multinomial model (a tuple of columns): each class's relevant coefficients
-            relevant = r.class_supported if r.schedule == "fast" else r.class_precision_ratio < 1.0
+            relevant = r.class_supported  # q^2 > s per class: the relevance rule of every result
         else:
             relevant = np.asarray(r.relevant)
         per_class += int(np.asarray(relevant)[start:].sum())

@@ -34,12 +34,17 @@ def plot_elbo_trace(result, ax=None, **kwargs):
 
 
 def plot_relevance(result, ax=None, **kwargs):
-    """Prior over data precision E[alpha_k] / h_k per basis function (log scale).
+    """How strongly the data support each basis function: q_k^2 / s_k (the result's
+    ``support_ratio``, :mod:`ppl_sbl.relevance`), one point per coefficient, log scale.
 
-    Below 1 (dashed line) the data determine w_k more than the prior: the relevant ones (points
-    coloured by the result's ``relevant``; for coefficients that share one precision it judges
-    the group as a whole, so relevant points can lie above the line). For a grid model (one precision per index of each table axis) this draws
-    :func:`plot_grid_relevance` instead (``ax`` is then a sequence of axes, one per panel).
+    Above ``relevance_ratio`` (dashed line; 1 by default) the data support w_k: its ELBO in the
+    model at its best precision exceeds its ELBO out of it. Points are coloured by the result's
+    ``relevant``; coefficients that share one precision (``groups=``) are judged as a group as a
+    whole, so relevant points of a supported group can lie below the line and irrelevant ones
+    above it. Coefficients outside the model (q_k = 0: pruned or frozen) and those whose s_k the fit
+    does not resolve (``support_ratio`` 0, :data:`ppl_sbl.relevance.RESOLVED_SHARE`) are drawn at
+    the bottom of the axis, as triangles. For a grid model (one precision per index of each table axis) this
+    draws :func:`plot_grid_relevance` instead (``ax`` is then a sequence of axes, one per panel).
     """
     import matplotlib.pyplot as plt
 
@@ -47,14 +52,22 @@ def plot_relevance(result, ax=None, **kwargs):
         return plot_grid_relevance(result, axes=ax, **kwargs)
 
     ax = ax or plt.gca()
-    ratio = np.asarray(result.precision_ratio)
+    ratio = np.asarray(result.support_ratio, dtype=np.float64)
     relevant = np.asarray(result.relevant)
     k = np.arange(len(ratio))
-    ax.semilogy(k[~relevant], ratio[~relevant], "o", color="0.7", ms=3, label="irrelevant", **kwargs)
-    ax.semilogy(k[relevant], ratio[relevant], "o", color="C3", ms=5, label="relevant", **kwargs)
+    shown = ratio > 0
+    finite = ratio[shown & np.isfinite(ratio)]
+    floor = 0.1 * min(float(np.min(finite)) if finite.size else 1.0, result.relevance_ratio)
+    top = 10.0 * max(float(np.max(finite)) if finite.size else 1.0, result.relevance_ratio)
+    ratio = np.clip(ratio, floor, top)
+    for mask, style in ((~relevant & shown, dict(marker="o", color="0.7", ms=3, label="not relevant")),
+                        (relevant, dict(marker="o", color="C3", ms=5, label="relevant")),
+                        (~shown, dict(marker="v", color="0.7", ms=3, label="out of the model or s unresolved"))):
+        if np.any(mask):
+            ax.semilogy(k[mask], ratio[mask], ls="", **{**style, **kwargs})
     ax.axhline(result.relevance_ratio, ls="--", color="k", lw=1)
     ax.set_xlabel("basis function k")
-    ax.set_ylabel("E[alpha_k] / h_k")
+    ax.set_ylabel("q_k^2 / s_k")
     ax.legend()
     return ax
 

@@ -252,6 +252,62 @@ def compiled_relevance(guide):
     return guide.compiled("relevance", relevance)
 
 
+def coefficient_factors(guide, state, data):
+    """The Gaussian factor(s) whose coefficients the relevance rule judges
+    (:mod:`ppl_sbl.relevance`), as ``(factors, prior, groups)``: a tuple of ActiveGaussians (one per
+    output), the prior precisions (M, C) of their coefficients, and (M,) labels of the
+    coefficients that share one precision or None. From ``guide.coefficients`` where the guide has
+    it, else the state's first ActiveGaussian with ``guide.relevance``'s prior precision and
+    ``data.groups``; None for a state with neither."""
+    if guide.coefficients is not None:
+        q, prior, groups = guide.coefficients(state, data)
+    else:
+        fields = active_fields(state)
+        if not fields:
+            return None
+        q, prior, groups = getattr(state, fields[0]), guide.relevance(state, data)[0], getattr(data, "groups", None)
+    factors = (q,) if isinstance(q, gaussian.ActiveGaussian) else tuple(q)
+    prior = jnp.asarray(prior)
+    return factors, (prior[:, None] if prior.ndim == 1 else prior), groups
+
+
+def _variances(q):
+    """(diag of q's full covariance (M,), the active mask (M,))."""
+    m = q.mean.shape[0]
+    valid = q.index < m
+    target = jnp.where(valid, q.index, m)
+    var = jnp.zeros(m, q.mean.dtype).at[target].set(gaussian.covariance_diagonal(q), mode="drop")
+    kept = jnp.zeros(m, bool).at[target].set(True, mode="drop")
+    return var + q.frozen_var, kept
+
+
+def compiled_support(guide):
+    """What the relevance rule reads of a state, compiled once per guide: (mean, variance, kept,
+    prior) each (C, M), and the groups (M,) or None; None where the guide holds no Gaussian factor
+    (:func:`coefficient_factors`)."""
+
+    def support(state, data):
+        found = coefficient_factors(guide, state, data)
+        if found is None:
+            return None
+        factors, prior, groups = found
+        var, kept = zip(*(_variances(q) for q in factors))
+        return jnp.stack([q.mean for q in factors]), jnp.stack(var), jnp.stack(kept), prior.T, groups
+
+    return guide.compiled("support", support)
+
+
+def compiled_covariances(guide):
+    """The full covariance (C, M, M) of the factors of :func:`coefficient_factors`, compiled once per
+    guide (for groups of coefficients that share one precision)."""
+
+    def covariances(state, data):
+        factors = coefficient_factors(guide, state, data)[0]
+        return jnp.stack([gaussian.full_covariance(q) for q in factors])
+
+    return guide.compiled("covariances", covariances)
+
+
 def fit_loop(guide, data, tol, max_sweeps, init_state, record):
     """Sweeps to the stopping rule in one ``lax.while_loop``: (state, ELBO, sweeps, converged,
     the ELBO after every sweep if ``record``)."""

@@ -93,10 +93,16 @@ class ClosedFormGuide:
         must then be a pure JAX function of already checked arguments; without it ``predict``
         runs as it is, op by op, and checks its own arguments.
     relevance(state, data) -> (prior_precision, data_precision)
-        Per-coefficient precisions (M,) used by the relevance rule and by pruning. Where
-        ``data`` has a ``groups`` attribute ((M,) integer labels of the coefficients that share
-        one prior precision, e.g. :class:`ppl_sbl.models.ard.RVMData`), the result's
-        ``relevant`` judges each group as a whole (:attr:`ppl_sbl.CAVIResult.relevant`).
+        Per-coefficient precisions (M,) used by pruning, the stopping rule and
+        ``precision_ratio``; the prior precision also by the relevance rule (below).
+    coefficients(state, data) -> (q, prior_precision, groups) or None
+        The Gaussian factor whose coefficients the result's ``relevant`` judges
+        (:mod:`ppl_sbl.relevance`): q an :class:`ppl_sbl.gaussian.ActiveGaussian` (or a tuple of
+        them, one per output, e.g. the multiclass RVM's classes), the prior precisions E[P_k] of
+        its coefficients ((M,), or (M, C) for C outputs), and groups, (M,) integer labels of the
+        coefficients that share one prior precision (judged as a whole), or None (each its own).
+        Without it: the state's first ActiveGaussian field, ``relevance``'s prior precision and
+        ``data.groups`` where ``data`` has it (e.g. :class:`ppl_sbl.models.ard.RVMData`).
     elbo_exact(state, data) -> scalar or None
         The true ELBO of q where ``elbo`` uses a local bound (by quadrature).
     elbo_parts(state, data) -> {name: scalar} or None
@@ -159,6 +165,7 @@ class ClosedFormGuide:
     check_new: Optional[CheckNew] = None
     fast: Optional[FastSchedule] = None
     unit_offset: Optional[Callable] = None
+    coefficients: Optional[Callable] = None
 
     def __post_init__(self):
         object.__setattr__(self, "_compiled", {})
@@ -180,6 +187,9 @@ class ClosedFormGuide:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def __setstate__(self, fields):
+        for f in dataclasses.fields(self):  # a field added since the guide was stored: its default
+            if f.name not in fields and f.default is not dataclasses.MISSING:
+                object.__setattr__(self, f.name, f.default)
         for name, value in fields.items():
             object.__setattr__(self, name, value)
         self.__post_init__()

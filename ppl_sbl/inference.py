@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import engine, fast_ard, gaussian
+from . import engine, fast_ard, gaussian, relevance
 from .derived import derived_guide
 from .engine import MAX_SWEEPS, TOL, fit
 from .guide import ClosedFormGuide, closed_form_guide, resolve_guide
@@ -308,12 +308,9 @@ class CAVI:
             bar[0].close()
         if not fit.converged:
             warn_unconverged(f"the fast schedule on {getattr(self.model, '__name__', 'the model')}", self.max_sweeps)
-        M = fit.x.shape[0]
-        relevant = np.zeros(M, dtype=bool)
-        relevant[fit.active[fit.supported]] = True
         return CAVIResult(model=self.model, guide_spec=g, args=args, kwargs=kwargs, data=data, state=state,
                           elbo_trace=np.asarray(fit.elbo_trace), converged=bool(fit.converged), tol=self.tol,
-                          seconds=time.perf_counter() - start, schedule="fast", relevant_mask=relevant,
+                          seconds=time.perf_counter() - start, schedule="fast",
                           num_moves=int(fit.num_moves), guide_choice=self.guide)
 
     def _progress(self, bar, start, done, made, value):
@@ -346,8 +343,10 @@ class CAVIResult(ResultMethods, Saveable):
         after every pass).
     converged, num_sweeps, state, seconds
     schedule : "sweep" or "fast"; num_moves : the fast schedule's moves (None for sweeps)
-    relevant_mask : the fast schedule's relevant set (None for sweeps: ``relevant`` applies its
-        rule)
+    relevance_ratio : the threshold r of the relevance rule, q_k^2 > r s_k (``relevant``; 1: the
+        data support w_k)
+    relevant_mask : unused (None; kept so that stored results load): ``relevant`` computes the
+        relevant set from the state for every result
     prune_events : list of (sweep, number of active coefficients after pruning at that sweep),
         for the prunes that were kept
     refined_by : for a result of :meth:`refine`, how many nats the sweep raised the ELBO above
@@ -470,7 +469,11 @@ class CAVIResult(ResultMethods, Saveable):
 
     @property
     def precision_ratio(self) -> np.ndarray:
-        """P_k / h_k: prior precision of each coefficient over the precision the data give it."""
+        """P_k / c_k: the prior precision E[alpha_k] of each coefficient over the precision the data
+        give it (``relevance``; given the other coefficients, 1/Sigma_kk - P_k, where the state holds
+        an ActiveGaussian). A summary of how far the prior dominates each posterior; the relevance
+        rule is :attr:`relevant` (at a sweep's fixed point in the vague limit P_k / c_k < 1 means
+        q_k^2 > 2 s_k, so it counts fewer than ``relevant``)."""
         prior, data = engine.compiled_relevance(self.guide_spec)(self.state, self.data)
         return np.asarray(prior) / np.maximum(np.asarray(data), 1e-300)
 
@@ -484,50 +487,57 @@ class CAVIResult(ResultMethods, Saveable):
         prior, cond = engine.compiled_relevance(self.guide_spec)(self.state, self.data)
         return float(np.sum(np.asarray(cond) / (np.asarray(prior) + np.asarray(cond))))
 
+    def _support(self):
+        """(relevant (M,), q_k^2 / s_k (M,)) by :func:`ppl_sbl.relevance.judge`, or None for a guide
+        with no Gaussian factor to read (:func:`ppl_sbl.engine.coefficient_factors`)."""
+        found = engine.compiled_support(self.guide_spec)(self.state, self.data)
+        if found is None:
+            return None
+        mean, var, kept, prior, groups = found
+        groups = None if groups is None else np.asarray(groups)
+        covariance = None
+        if groups is not None and np.max(np.unique(groups, return_counts=True)[1]) > 1:
+            covariance = engine.compiled_covariances(self.guide_spec)(self.state, self.data)
+        mask, ratio = relevance.judge(mean, var, kept, prior, groups, covariance, self.relevance_ratio)
+        return mask.any(axis=0), ratio.max(axis=0)
+
+    @property
+    def support_ratio(self) -> np.ndarray:
+        """q_k^2 / s_k of each coefficient (:mod:`ppl_sbl.relevance`; several outputs: the largest
+        over them), 0 outside the active set and where s_k is not resolved
+        (:data:`ppl_sbl.relevance.RESOLVED_SHARE`): above ``relevance_ratio`` the data support w_k on its
+        own (coefficients that share one precision are judged as a group, :attr:`relevant`). For a
+        guide with no Gaussian factor to read, ``1 / precision_ratio``."""
+        found = self._support()
+        return 1.0 / np.maximum(self.precision_ratio, 1e-300) if found is None else found[1]
+
     @property
     def relevant(self) -> np.ndarray:
-        """Mask of relevant basis functions.
+        """Mask of relevant basis functions: those the data support (:mod:`ppl_sbl.relevance`).
 
-        Relevance is judged per precision group (coefficients sharing one prior precision; each
-        coefficient is its own group in the ARD models, all of them one group for the RVMs'
-        ``groups=np.zeros(M, int)``, Bayesian ridge), with P_k the prior precision E[alpha] of
-        coefficient k and c_k the precision the data give it given the other coefficients
-        (1/Sigma_kk - P_k; for a pruned coefficient h_k itself: E[gamma] ||phi_k||^2 for Gaussian
-        noise, 2 sum_n lambda(xi_n) phi_nk^2 with the JJ bound), and r = ``relevance_ratio``:
+        Coefficient k is relevant when, with its own precision's hyperprior in the vague limit,
+        the ELBO with w_k in the model at its best precision exceeds the ELBO with it out:
+        q_k^2 > r s_k, with s_k = 1/Sigma_kk - P_k and q_k = mu_k / Sigma_kk its leave-one-out
+        precision and quality given the fit's other factors (P_k = E[alpha_k], q(w) = N(mu,
+        Sigma)) and r = ``relevance_ratio`` (1: the rule itself), where the fit resolves s_k (the
+        data's share 1 - P_k Sigma_kk above :data:`ppl_sbl.relevance.RESOLVED_SHARE`). Coefficients that share one
+        precision (the RVMs' ``groups=``, e.g. ``np.zeros(M, int)``, Bayesian ridge; group ARD in
+        derived models) are judged as a group, by the block form of the same comparison
+        (:func:`ppl_sbl.fast_ard.group_supported`), and all of a supported group's coefficients
+        it keeps are relevant. Pruned (frozen) coefficients have mean 0, so they are never
+        relevant. The same rule for every result: the fast schedule's (where it is the schedule's
+        own test, ``FastFit.supported``) and the sweep's, shipped and derived guides; the
+        multiclass RVM: a basis function the data support in at least one class. Scale-free:
+        rescaling a column of Phi or the targets leaves the mask unchanged.
 
-        * a group of one coefficient is relevant when P_k / c_k < r (``precision_ratio``): the
-          data say more about w_k than the prior does (r = 1);
-        * a group g of several is relevant when the data determine more than 1 / (1 + r) of a
-          parameter in it: sum_{k in g} c_k / (P_k + c_k) > 1 / (1 + r), the group's share of
-          ``effective_parameters`` (MacKay's gamma_g = sum_{k in g} (1 - P_k Sigma_kk)). For one
-          coefficient this is the same rule: c_k / (P_k + c_k) > 1 / (1 + r) iff P_k / c_k < r.
-
-        A coefficient is relevant when its group is and the fit keeps it (pruned coefficients are
-        never relevant), so a ridge fit whose one precision the data support reports every
-        coefficient it keeps as relevant. Scale-free: rescaling a column of Phi or the targets
-        leaves the mask unchanged. The groups are read from the fit's data (``data.groups``,
-        :class:`ppl_sbl.models.ard.RVMData`); without them every coefficient is its own group.
-
-        The fast schedule's results: the coefficients in the model that the data support
-        (q_k^2 > s_k, :mod:`ppl_sbl.fast_ard`).
+        Guides without a Gaussian factor to read (no ``ClosedFormGuide.coefficients`` and no
+        ActiveGaussian in the state: hand-written custom guides) fall back to the precision
+        ratio: P_k / c_k < r (``precision_ratio``), per coefficient.
         """
-        if self.relevant_mask is not None:
-            return np.asarray(self.relevant_mask)
-        prior, cond = (np.asarray(a) for a in engine.compiled_relevance(self.guide_spec)(self.state, self.data))
-        ratio = prior / np.maximum(cond, 1e-300)
-        r = self.relevance_ratio
-        groups = getattr(self.data, "groups", None)
-        if groups is None:
-            relevant = ratio < r
-        else:
-            groups = np.asarray(groups)
-            sizes = np.bincount(groups)
-            share = cond / np.maximum(prior + cond, 1e-300)  # c_k / (P_k + c_k) = 1 - P_k Sigma_kk
-            group_relevant = np.bincount(groups, weights=share, minlength=sizes.shape[0]) > 1.0 / (1.0 + r)
-            # a group of one: the ratio itself (the same rule, without rounding 1 / (1 + ratio))
-            relevant = np.where(sizes[groups] == 1, ratio < r, group_relevant[groups])
-        kept = engine.active_mask(self.state)
-        return relevant if kept is None else relevant & kept
+        found = self._support()
+        if found is not None:
+            return found[0]
+        return self.precision_ratio < self.relevance_ratio
 
     @property
     def num_active(self) -> int:

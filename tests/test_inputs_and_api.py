@@ -212,20 +212,28 @@ def test_relevance_rule_is_scale_free():
     base = _fit(rvm.regression, Phi, t, b0=1e-4)
     scaled = _fit(rvm.regression, Phi * c, t, b0=1e-4 / c**2)
     assert 0 < base.relevant.sum() < 10
-    np.testing.assert_array_equal(base.relevant, base.precision_ratio < 1)  # ARD: one coefficient per group
+    # ARD: each coefficient judged alone, q_k^2 > s_k from q(w) itself (s_k = 1/Sigma_kk - E[alpha_k],
+    # q_k = mu_k / Sigma_kk), pruned coefficients (mean 0) never
+    from ppl_sbl import gaussian
+
+    var = np.diag(np.asarray(gaussian.full_covariance(base.state.w)))
+    s = 1.0 / var - np.asarray(base.state.alpha_shape / base.state.alpha_rate)
+    q = np.asarray(base.state.w.mean) / var
+    np.testing.assert_array_equal(base.relevant, q * q > s)
     np.testing.assert_array_equal(base.relevant, scaled.relevant)
     np.testing.assert_allclose(base.precision_ratio, scaled.precision_ratio, rtol=1e-5)
+    np.testing.assert_allclose(base.support_ratio, scaled.support_ratio, rtol=1e-5)
     np.testing.assert_allclose(base.predict(Phi)[0], scaled.predict(Phi * c)[0], rtol=1e-6, atol=1e-8)
 
 
 def test_relevance_is_judged_per_precision_group():
     """Four near-copies of the one informative input share a precision, three pure-noise inputs
     another, a constant column has its own. The data determine about one parameter through the
-    copies, yet no single copy given the others (each ratio P_k / c_k > 1): the group is relevant
-    and so are all four coefficients. The expected verdicts come from q(w)'s covariance itself:
-    group g is relevant when sum_{k in g} (1 - E[alpha_g] Sigma_kk) > 1/2, a group of one when
-    P_k / c_k < 1."""
-    from ppl_sbl import gaussian
+    copies, yet no single copy given the others (each ratio P_k / c_k > 1): the group is relevant and so are all four coefficients. The expected verdicts come from q(w)
+    itself: group g is relevant when its leave-group-out S = inv(Sigma_gg) - E[alpha_g] I and
+    Q = inv(Sigma_gg) mu_g, in the eigenbasis of S, pass ``fast_ard.group_supported``; a group of
+    one when q_k^2 > s_k."""
+    from ppl_sbl import fast_ard, gaussian
 
     r = np.random.default_rng(0)
     x = r.standard_normal(40)
@@ -234,12 +242,16 @@ def test_relevance_is_judged_per_precision_group():
     groups = np.array([0, 0, 0, 0, 1, 1, 1, 2])
     res = _fit(rvm.regression, Phi, t, groups=groups)
     e_alpha = np.asarray(res.state.alpha_shape / res.state.alpha_rate)
-    gamma = 1.0 - e_alpha[groups] * np.diag(np.asarray(gaussian.full_covariance(res.state.w)))
-    per_group = np.bincount(groups, weights=gamma)
-    expected = per_group[groups] > 0.5
-    expected[7] = res.precision_ratio[7] < 1
+    cov, mean = np.asarray(gaussian.full_covariance(res.state.w)), np.asarray(res.state.w.mean)
+    gamma = 1.0 - e_alpha[groups] * np.diag(cov)
+    expected = np.zeros(8, dtype=bool)
+    for g in range(3):
+        k = np.flatnonzero(groups == g)
+        precision = np.linalg.inv(cov[np.ix_(k, k)])
+        lam, U = np.linalg.eigh(precision - e_alpha[g] * np.eye(len(k)))
+        expected[k] = fast_ard.group_supported(lam, (U.T @ precision @ mean[k]) ** 2)[0]
     np.testing.assert_array_equal(res.relevant, expected)
-    assert np.all(res.precision_ratio[:4] > 1)  # the per-coefficient rule would keep none of the copies
+    assert np.all(res.precision_ratio[:4] > 1)  # the per-coefficient ratio would keep none of the copies
     np.testing.assert_array_equal(res.relevant, [True] * 4 + [False] * 4)
     np.testing.assert_array_equal(res.relevance_indices, [0, 1, 2, 3])
     assert ppl_sbl.compare({"groups": res}).loc["groups", "n_relevant"] == 4
@@ -257,7 +269,7 @@ def test_compare_table_ranks_by_elbo_with_its_parts_and_no_weights():
     # the shared precision is judged as a whole: the data determine more than half a parameter
     # through it (n_effective), so every coefficient counts
     assert table.loc["ridge", "n_effective"] > 0.5 and table.loc["ridge", "n_relevant"] == 8
-    assert table.loc["ard", "n_relevant"] == int(np.sum(results["ard"].precision_ratio < 1))
+    assert table.loc["ard", "n_relevant"] == int(np.sum(results["ard"].relevant))
     assert list(table.columns[:3]) == ["rank", "elbo", "d_elbo"]
     assert "weight" not in table.columns  # weights come from LOO stacking only
     assert table["elbo"].is_monotonic_decreasing

@@ -323,8 +323,12 @@ def test_pruned_fit_moves_the_fixed_point_only_a_little():
     m1, _ = pruned.predict(X_new)
     assert np.max(np.abs(m0 - m1)) < 0.02
     assert np.array_equal(exact.relevant, pruned.relevant)
-    # ARD: the per-group relevance rule is the per-coefficient ratio rule, and no frozen coefficient is relevant
-    assert np.array_equal(pruned.relevant, pruned.precision_ratio < 1)
+    # ARD: each coefficient judged alone, q_k^2 > s_k from q(w) (s_k = 1/Sigma_kk - E[alpha_k],
+    # q_k = mu_k / Sigma_kk; a frozen one has mean 0), and no frozen coefficient is relevant
+    var = np.diag(np.asarray(gaussian.full_covariance(pruned.state.w)))
+    q = np.asarray(pruned.state.w.mean) / var
+    assert np.array_equal(pruned.relevant, q * q > 1.0 / var - np.asarray(pruned.state.alpha_shape /
+                                                                          pruned.state.alpha_rate))
     assert not np.any(pruned.relevant[np.asarray(pruned.state.w.frozen_var) > 0])
 
 

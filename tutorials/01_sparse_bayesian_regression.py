@@ -205,12 +205,14 @@ assert check.passed, check.message
 # $1/\mathbb E[\gamma] + \phi(x)^\top \Sigma\, \phi(x)$ with $1/\mathbb E[\gamma] = f/e$.
 #
 # Which basis functions did the fit keep? `res.relevant` uses a **scale-free** rule: weight
-# $k$ is relevant when its prior precision $\mathbb E[\alpha_k]$ is smaller than the
-# precision the data give it *given the other weights*, $h_k$ (for an active weight
-# $h_k = 1/\Sigma_{kk} - \mathbb E[\alpha_k]$, which accounts for overlapping basis functions).
-# In words: the data say more about $w_k$ than the prior does. Rescaling a column of $\Phi$ or
+# $k$ is relevant when the data support it, i.e. when the ELBO with $w_k$ in the model at its
+# best precision beats the ELBO with it out (its own hyperprior taken vague). Given the other
+# weights, the data give $w_k$ a precision $s_k = 1/\Sigma_{kk} - \mathbb E[\alpha_k]$ (which
+# accounts for overlapping basis functions) and a "quality" $q_k = \mu_k/\Sigma_{kk}$, and the
+# comparison comes down to $q_k^2 > s_k$ (section 7 derives it). Rescaling a column of $\Phi$ or
 # the targets does not change the verdict, unlike a threshold on $|\mu_k|$. The centres of the
-# relevant RBFs are the **relevance vectors**.
+# relevant RBFs are the **relevance vectors**. The left panel below plots $q_k^2/s_k$ against
+# the line at 1.
 
 # %%
 mean, var = (np.asarray(a) for a in res.predict(Phi_test))
@@ -239,7 +241,7 @@ plt.show()
 
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
 ppl_sbl.plot_relevance(res, ax=axes[0])
-axes[0].set_title("prior / data precision per basis function")
+axes[0].set_title("how strongly the data support each basis function")
 e_alpha = np.asarray(res.state.alpha_shape / res.state.alpha_rate)
 axes[1].semilogy(np.arange(M), e_alpha, "o", ms=3, color="0.5")
 axes[1].semilogy(np.flatnonzero(res.relevant), e_alpha[res.relevant], "o", ms=5, color="C3")
@@ -314,11 +316,11 @@ for h in HYPER:
 #   model's advantage is not accuracy but **sparsity**: it predicts with a handful of basis
 #   functions instead of all of them, and it tells you which ones.
 # * The `n_rel` column counts the ARD model's relevant weights. `relevant` judges each precision
-#   as a whole: the ridge model's one precision is relevant when the data determine more than
-#   half a parameter through it (its `effective_parameters`), and then every weight it keeps
-#   counts as relevant, since all of them are used. With heavily overlapping RBFs no single
-#   ridge weight is determined more by the data than by the prior given the others; the
-#   per-weight test would call none of them relevant.
+#   as a whole: the ridge model's one precision is relevant when the data support it (the ELBO
+#   with all its weights in the model at their best shared precision beats the ELBO with them
+#   out), and then every weight it keeps counts as relevant, since all of them are used. The
+#   verdict reads the block of $q(w)$ of all the group's weights together, not one weight at a
+#   time.
 #
 # ### What ARD does *not* select: input features
 #
@@ -398,6 +400,10 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
+# Both results count relevant weights by the same rule, $q_k^2 > s_k$ read from each fit's own
+# $q(w)$ and $q(\alpha)$ (a frozen weight has mean zero, so $q_k = 0$), so the two lists printed
+# above compare directly.
+#
 # Why is the fast fit's ELBO a little *lower*? Plot $f_\text{in}$ and $f_\text{out}$ for one
 # basis function the data do not support. Because a frozen weight is just an active weight
 # forced to be independent with mean zero, $f_\text{in}(x) \ge f_\text{out}(x)$ for every $x$.

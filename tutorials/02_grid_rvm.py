@@ -271,9 +271,14 @@ plt.show()
 # the fit, as in the RVM. For the s-grid the centre panel looks very different, with every
 # $1/\mathbb E[\alpha_i]$ huge: section 5 explains this "handing over" of the rows to the
 # columns, which turns the s-grid here into one shared (ridge) precision per input dimension.
-# That is also why its `n_relevant` count in the table above is small although it predicts
-# well: with one precision shared by many overlapping bumps, no single weight is determined by
-# the data alone.
+#
+# The `n_relevant` column of the table above counts, for every model by the same rule
+# (`result.relevant`), the cells whose weight the data support given all the other weights: the
+# ELBO with that weight in the model at its best precision of its own beats the ELBO with it out
+# ($q_k^2 > s_k$). It judges each cell as if it had a precision of its own, which the grid models
+# do not give it: a grid model's count says which single bumps the data back given the fit, not
+# how many precisions the model switched on, so read it next to the precision panels rather than
+# as the size of the model.
 #
 # ## 3. The sum rule needs a second bound: the log-sum bound (31)
 #

@@ -341,6 +341,30 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
         prior = jnp.exp(own.c + monosum(own.A, jnp.log(g_mean))) if own is not None else jnp.zeros(sizes[f])
         return prior, total - prior
 
+    def coefficients(state, data):
+        """The first Gaussian factor for the relevance rule (``ClosedFormGuide.coefficients``): q as
+        an ActiveGaussian (a dense covariance as one with every coefficient active), E[tau] of its
+        own prior site, and where that precision is one Gamma element per coefficient, the
+        element as each coefficient's group (coefficients sharing an element are judged as a
+        group; a constant precision is a group of its own)."""
+        f = gauss[0]
+        mean, cov = state.mean[f], state.cov[f]
+        if isinstance(cov, gaussian.ActiveGaussian):
+            q = cov._replace(mean=mean)
+        else:
+            n = sizes[f]
+            q = gaussian.ActiveGaussian(mean=mean, cov=cov, base=jnp.zeros(0, cov.dtype),
+                                        index=jnp.arange(n, dtype=jnp.int32), frozen_var=jnp.zeros(n, cov.dtype),
+                                        log_det=state.logdet[f], factor_var=jnp.zeros(0, cov.dtype))
+        own = data.terms.get(f)
+        if own is None:
+            return q, jnp.zeros(sizes[f]), None
+        prior = jnp.exp(own.c + monosum(own.A, jnp.log(gamma_moments(state)[0])))
+        if own.A.shape[1] != 1:
+            return q, prior, None
+        element = own.A[:, 0]
+        return q, prior, jnp.where(element < total, element, total + jnp.arange(element.shape[0]))
+
     programs = {}  # the fast schedule's compiled row functions
 
     def start_gammas(data):
@@ -366,6 +390,6 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
     has_jj, has_sum = bool(st.bernoulli), bool(st.sums)
     bound = "+".join(b for b, on in (("jaakkola-jordan", has_jj), ("log-sum", has_sum)) if on) or "none"
     return ClosedFormGuide(prepare=prepare, init=jax.jit(init), update=update, elbo=elbo, guide=guide_fn, predict=predict,
-                           relevance=relevance, elbo_exact=elbo_exact if (has_jj or has_sum) else None,
+                           relevance=relevance, coefficients=coefficients, elbo_exact=elbo_exact if (has_jj or has_sum) else None,
                            elbo_parts=elbo_parts, fast=fast,
                            bound=bound, observed=st.observed)

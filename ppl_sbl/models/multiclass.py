@@ -282,12 +282,19 @@ def _class_precisions(state: MulticlassState, data: MulticlassData):
 
 def _multiclass_relevance(state: MulticlassState, data: MulticlassData):
     """Per basis function, the class in which it matters most: (E[alpha_mc*], its conditional data
-    precision), c* the class with the smallest ratio of the two, so that the result's
-    ``relevant`` (ratio < 1) marks a basis function relevant to at least one class."""
+    precision), c* the class with the smallest ratio of the two (the result's ``precision_ratio``
+    and pruning; ``relevant`` reads every class's factor, :func:`_multiclass_coefficients`)."""
     prior, cond = _class_precisions(state, data)
     ratio = prior / jnp.maximum(cond, 1e-300)
     best = jnp.argmin(ratio, axis=1)[:, None]
     return jnp.take_along_axis(prior, best, axis=1)[:, 0], jnp.take_along_axis(cond, best, axis=1)[:, 0]
+
+
+def _multiclass_coefficients(state: MulticlassState, data: MulticlassData):
+    """The factors the relevance rule judges (``ClosedFormGuide.coefficients``): q(w_c) of every
+    class, E[alpha_mc] (M, C), no shared precisions; the result's ``relevant`` marks a basis
+    function the data support in at least one class."""
+    return tuple(state.w), expfam.gamma_mean(state.alpha_shape, state.alpha_rate), None
 
 
 def _class_supported(q, prior):
@@ -305,8 +312,8 @@ def _class_supported(q, prior):
 
 def _multiclass_extras(state: MulticlassState, data: MulticlassData):
     """``class_precision_ratio`` (M, C): E[alpha_mc] over the precision the data give w_mc given the
-    class's other coefficients (< 1: relevant to class c, the sweep's rule); ``class_supported``
-    (M, C): coefficients in the model that the data support (q^2 > s, the fast schedule's rule)."""
+    class's other coefficients; ``class_supported`` (M, C): coefficients in the model that the data
+    support (q^2 > s, the relevance rule per class: ``relevant`` is its any over the classes)."""
     prior, cond = _class_precisions(state, data)
     supported = jnp.stack([_class_supported(q, prior[:, c]) for c, q in enumerate(state.w)], axis=1)
     return {"class_precision_ratio": prior / jnp.maximum(cond, 1e-300), "class_supported": supported}
@@ -392,6 +399,7 @@ MULTICLASS_GUIDE = ClosedFormGuide(
     bound="none",
     extras=_multiclass_extras,
     fast=_multiclass_fast,
+    coefficients=_multiclass_coefficients,
 )
 
 
