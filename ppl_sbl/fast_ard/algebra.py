@@ -381,18 +381,25 @@ def gamma_prior_and_entropy(shape, rate, a0, b0):
     return float(np.sum(log_prior + entropy))
 
 
-def w_alpha_terms(active, mu, Sigma, frozen_var, alpha_shape, alpha_rate, a0, b0):
-    """E[ln p(w|alpha)] + E[ln p(alpha)] + H[q(w)] + H[q(alpha)] over all M coefficients."""
-    M = alpha_shape.shape[0]
+def w_alpha_terms(active, mu, Sigma, frozen_var, alpha_shape, alpha_rate, a0, b0, groups=None, log_det=None):
+    """E[ln p(w|alpha)] + E[ln p(alpha)] + H[q(w)] + H[q(alpha)] over all M coefficients: q(w) the
+    active block N(mu, Sigma) and the frozen coefficients' N(0, frozen_var); q(alpha_g) =
+    Gamma(alpha_shape_g, alpha_rate_g) for each precision g, w_k's precision alpha_{groups_k}
+    (``groups`` None: one precision per coefficient). ``log_det`` is ln|Sigma| where the caller
+    has it."""
+    M = frozen_var.shape[0]
     second = np.array(frozen_var, dtype=np.float64)
     second[active] = mu**2 + np.diag(Sigma)
     e_alpha = alpha_shape / alpha_rate
     e_log_alpha = digamma(alpha_shape) - np.log(alpha_rate)
+    if groups is not None:
+        e_alpha, e_log_alpha = e_alpha[groups], e_log_alpha[groups]
     log_p_w = np.sum(0.5 * (e_log_alpha - LOG_2PI - e_alpha * second))
     frozen = np.ones(M, dtype=bool)
     frozen[active] = False
-    log_det = (np.linalg.slogdet(Sigma)[1] if len(active) else 0.0) + np.sum(np.log(frozen_var[frozen]))
-    entropy_w = 0.5 * M * (1.0 + LOG_2PI) + 0.5 * log_det
+    if log_det is None:
+        log_det = np.linalg.slogdet(Sigma)[1] if len(active) else 0.0
+    entropy_w = 0.5 * M * (1.0 + LOG_2PI) + 0.5 * (log_det + np.sum(np.log(frozen_var[frozen])))
     return log_p_w + gamma_prior_and_entropy(alpha_shape, alpha_rate, a0, b0) + entropy_w
 
 

@@ -60,10 +60,9 @@ from typing import NamedTuple
 
 import numpy as np
 import scipy.linalg
-from scipy.special import digamma
 
 from ..priors import is_vague
-from .algebra import LOG_2PI, check_hyperparameters, gamma_prior_and_entropy
+from .algebra import check_hyperparameters, w_alpha_terms
 from .schedule import ADD, LOG_ALPHA_TOL, MOVES_PER_COEFFICIENT, REESTIMATE, NotApplicable, run_passes
 from .units import original_units, standard_units
 
@@ -565,18 +564,9 @@ class _GroupSchedule:
 
     def prior_terms(self):
         """E[ln p(w|alpha)] + E[ln p(alpha)] + H[q(w)] + H[q(alpha)] of every coefficient and group."""
-        M = self.Phi.shape[1]
         shape = self.a0 + 0.5 * self.sizes
-        rate = shape / self.x
-        e_log = (digamma(shape) - np.log(rate))[self.groups]
-        second = self.frozen_var()
-        second[self.active] = self.mu**2 + np.diag(self.Sigma)
-        log_p_w = np.sum(0.5 * (e_log - LOG_2PI - self.coefficient_x() * second))
-        frozen = np.ones(M, dtype=bool)
-        frozen[self.active] = False
-        log_det = self.log_det + float(np.sum(np.log(self.frozen_var()[frozen])))
-        entropy_w = 0.5 * M * (1.0 + LOG_2PI) + 0.5 * log_det
-        return log_p_w + gamma_prior_and_entropy(shape, rate, self.a0, self.b0) + entropy_w
+        return w_alpha_terms(self.active, self.mu, self.Sigma, self.frozen_var(), shape, shape / self.x, self.a0,
+                             self.b0, groups=self.groups, log_det=self.log_det)
 
     def elbo(self):
         return self.factor.elbo_terms(self.moments()) + self.prior_terms()
