@@ -31,12 +31,15 @@ Comparisons (rows of the table and ``comparisons`` in the record):
     count at most 2x + 2 of its, test RMSE or error at most 5% above its, converged): NumPyro
     programs without a hand-written guide, so ``CAVI(model)`` derives one:
 
-    * :func:`student_t_rvm` (ARD, Gaussian noise with a Gamma(1.5, 1.5) precision per point:
-      Student-t noise with 3 degrees of freedom) against ``robust_rvm.regression``;
+    * :func:`student_t_rvm` (ARD, Gaussian noise with a Gamma(2, 2) precision per point:
+      Student-t noise with 4 degrees of freedom) against ``robust_rvm.regression``, whose
+      per-point weights have the same Gamma(2, 2) prior by default: the edit is the likelihood,
+      normalised in t, where the robust RVM raises the Gaussian density to the weight;
     * :func:`student_t_table_rvm` (the same on the flattened table, one ARD precision per cell)
       against ``robust_rvm.regression`` on the flattened table;
     * :func:`weighted_logit_rvm` (ARD, each point's Bernoulli log-likelihood scaled by a
-      Gamma(1.5, 1.5) weight) against ``robust_rvm.classification``;
+      Gamma(1.5, 1.5) weight) against ``robust_rvm.classification`` (whose weights have a
+      Gamma(2 - ln 2, 2 - ln 2) prior: the edit is the weights' prior);
     * :func:`group_ard_rvm` (one precision per 5 consecutive columns) against ``rvm.regression``
       (goals at N = 1000: warm time within 3x, relevant groups at most 2x + 2 of the groups that
       hold the shipped fit's relevant coefficients, converged; it runs the sweep).
@@ -70,7 +73,8 @@ DELTA = 5.55
 N_TEST = 600
 GROUP_SIZE = 5
 VAGUE = 1e-6
-POINT_SHAPE = 1.5  # Gamma(1.5, 1.5) per-point precisions / weights of the edited models
+STUDENT_SHAPE = 2.0  # Gamma(2, 2) per-point precisions of the Student-t models (robust_rvm.regression's c0 = d0)
+WEIGHT_SHAPE = 1.5  # Gamma(1.5, 1.5) per-point weights of the weighted logit
 CLASSIFICATION_DELTA = 1.0
 ELBO_GOAL = 1e-8
 DERIVED_TIME_GOAL = 1.5
@@ -106,7 +110,7 @@ def _ard_weights(M):
 
 
 def student_t_rvm(Phi, t=None):
-    """ARD weights, Gaussian noise with precision gamma * lam_n, lam_n ~ Gamma(1.5, 1.5) per point."""
+    """ARD weights, Gaussian noise with precision gamma * lam_n, lam_n ~ Gamma(2, 2) per point."""
     import jax
     import numpyro
     import numpyro.distributions as dist
@@ -115,7 +119,7 @@ def student_t_rvm(Phi, t=None):
     w = _ard_weights(M)
     gamma = numpyro.sample("gamma", dist.Gamma(VAGUE, VAGUE))
     with numpyro.plate("data", N):
-        lam = numpyro.sample("lam", dist.Gamma(POINT_SHAPE, POINT_SHAPE))
+        lam = numpyro.sample("lam", dist.Gamma(STUDENT_SHAPE, STUDENT_SHAPE))
         numpyro.sample("t", dist.Normal(Phi @ w, jax.lax.rsqrt(gamma * lam)), obs=t)
 
 
@@ -133,7 +137,7 @@ def weighted_logit_rvm(Phi, t=None):
     N, M = Phi.shape
     w = _ard_weights(M)
     with numpyro.plate("data", N):
-        omega = numpyro.sample("omega", dist.Gamma(POINT_SHAPE, POINT_SHAPE))
+        omega = numpyro.sample("omega", dist.Gamma(WEIGHT_SHAPE, WEIGHT_SHAPE))
         with numpyro.handlers.scale(scale=omega):
             numpyro.sample("t", dist.Bernoulli(logits=Phi @ w), obs=t)
 
