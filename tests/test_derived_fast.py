@@ -51,7 +51,7 @@ def test_the_generic_factor_is_the_shipped_factor(model, binary):
     """Same design (up to sign), same (W, r), the same updates and ELBO terms, to 1e-10."""
     Phi, t, labels = _problem(0)
     y = labels if binary else t
-    st, data = analyse(model, (Phi, y), {})
+    st, data, _ = analyse(model, (Phi, y), {})
     layout = ard_layout(st, data, gamma_offsets(st))
     assert not isinstance(layout, str), layout
     start = derived_guide(model, Phi, y).init(data)

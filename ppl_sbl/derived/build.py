@@ -23,7 +23,7 @@ from .structure import (QUICK, DerivedData, DerivedState, Structure, analyse, ba
 # ----------------------------------------------------------------------------------------------
 # The guide
 # ----------------------------------------------------------------------------------------------
-_GUIDES = {}  # (model, structure) -> (guide, the arguments it was last analysed on)
+_GUIDES = {}  # (model, structure, fingerprint) -> (guide, the arguments it was last analysed on)
 
 
 def covariance(state, name):
@@ -38,12 +38,15 @@ def derived_guide(model, *args, **kwargs) -> ClosedFormGuide:
     docstring). Raises :class:`NotConjugateError` naming the first site outside the vocabulary.
 
     The guide is reused (and its sweep compiled once) for every call with the same structure (the
-    same sites, shapes and dependencies); its ``prepare`` reads the numbers of new arguments."""
-    structure, data = analyse(model, args, kwargs)
-    key = (model, structure)
+    same sites, shapes and dependencies, and the same numbers read from outside the arguments: a
+    prior parameter taken from a global that has changed gives a new guide,
+    :func:`ppl_sbl.derived.structure.fingerprint`); its ``prepare`` reads the numbers of new
+    arguments."""
+    structure, data, mark = analyse(model, args, kwargs)
+    key = (model, structure, mark)
     if key not in _GUIDES:
         last = {}
-        _GUIDES[key] = (_build(model, structure, last), last)
+        _GUIDES[key] = (_build(model, structure, last, mark), last)
     guide, last = _GUIDES[key]
     last["analysed"] = (args, kwargs, data)  # ``prepare`` on the same arguments reuses this analysis
     return guide
@@ -53,7 +56,7 @@ def _same(a, b):
     return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
-def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
+def _build(model, st: Structure, last: dict, mark=None) -> ClosedFormGuide:
     gauss, gamma = st.gauss, st.gamma
     sizes, shapes, event_dim = dict(st.sizes), dict(st.shapes), dict(st.event_dims)
     offsets, total = {}, 0
@@ -103,7 +106,7 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
         if seen is not None and _same(seen[0], a) and seen[1].keys() == kw.keys() and _same(
                 tuple(seen[1].values()), tuple(kw.values())):
             return seen[2]
-        other, data = analyse(model, a, kw)
+        other, data, _ = analyse(model, a, kw)
         if other != st:
             raise ValueError("these arguments give the model another structure; call derived_guide(model, ...) "
                              "with them (CAVI does).")
@@ -322,7 +325,7 @@ def _build(model, st: Structure, last: dict) -> ClosedFormGuide:
             return expected_sigmoid(mean, var)
 
         try:  # the state and the new arguments are inputs of the program, not constants in it
-            return with_array_inputs(new_args, new_kwargs, key=("predict", model, st))[0](program)(state)
+            return with_array_inputs(new_args, new_kwargs, key=("predict", model, st, mark))[0](program)(state)
         except Exception:  # the model does not trace with array inputs (it needs concrete values): op by op
             return program(state, new_args, new_kwargs)
 

@@ -3,6 +3,8 @@ which Gamma precisions, how each enters the likelihood terms (affine means, mono
 sums of Gammas, Gamma-valued scale weights), checked numerically on perturbed traces."""
 from __future__ import annotations
 
+import hashlib
+
 from typing import NamedTuple
 
 import jax
@@ -318,17 +320,46 @@ def with_array_inputs(args, kwargs, key=None):
     return compile, abstract
 
 
+def fingerprint(model, args, kwargs):
+    """What the model reads beyond its arguments: the text of its traced program at these argument
+    shapes (the array arguments as inputs) and the constants in it, with every sample site's
+    distribution parameters and scale as outputs. Numbers the model takes from Python globals or
+    closures (a prior's shape, a scale) appear in it, so a changed number gives another
+    fingerprint. None where the model does not trace with array inputs."""
+    arrays, rebuild, static = engine.array_inputs(args, kwargs)
+
+    def read(values):
+        a, kw = rebuild(values)
+        tr = trace_model(model, a, kw)
+        return [jnp.asarray(leaf) for name, site in _sites(tr)
+                for leaf in jax.tree.leaves((site["fn"], site["scale"], site.get("mask")))]
+
+    try:
+        closed = jax.make_jaxpr(read)(arrays)
+    except Exception:  # the model needs concrete values
+        return None
+    consts = tuple((np.shape(c), np.result_type(c).str, hashlib.sha1(np.ascontiguousarray(c)).hexdigest())
+                   for c in closed.consts)
+    return str(closed.jaxpr), consts
+
+
 def analyse(model, args, kwargs):
-    """(structure, data) of model(*args, **kwargs) from its trace; see the module docstring.
+    """(structure, data, fingerprint) of model(*args, **kwargs) from its trace; see the module
+    docstring and :func:`fingerprint`.
 
     Every site is read at three points of the latent values, with its Jacobians, in one compiled
-    program where the model traces under ``jax.jit``; a model that needs concrete values (NumPy
-    calls on its arguments) is read op by op instead."""
-    try:
-        return _analyse(model, args, kwargs, *with_array_inputs(args, kwargs, key=("analyse", model)))
-    except Exception:  # the model does not trace with array inputs (it needs concrete values)
-        eager = lambda f: lambda *xs: f(*xs, args, kwargs)  # noqa: E731
-        return _analyse(model, args, kwargs, eager, eager)
+    program where the model traces under ``jax.jit`` (kept for later calls with the same argument
+    shapes and fingerprint); a model that needs concrete values (NumPy calls on its arguments) is
+    read op by op instead."""
+    mark = fingerprint(model, args, kwargs)
+    if mark is not None:
+        try:
+            return (*_analyse(model, args, kwargs, *with_array_inputs(args, kwargs, key=("analyse", model, mark))),
+                    mark)
+        except Exception:  # the model does not trace with array inputs (it needs concrete values)
+            pass
+    eager = lambda f: lambda *xs: f(*xs, args, kwargs)  # noqa: E731
+    return (*_analyse(model, args, kwargs, eager, eager), mark)
 
 
 def _analyse(model, args, kwargs, compile, abstract):
