@@ -338,17 +338,21 @@ def test_a_model_that_needs_concrete_values_is_analysed_op_by_op_to_the_same_fit
         np.testing.assert_allclose(a, b, rtol=1e-10)
 
 
-_POINT_SHAPE = {"value": 1.5}  # a prior parameter the model below reads from outside its arguments
+_POINT_SHAPE = {"value": 1.5}  # a prior parameter a model below reads from outside its arguments
 
 
-def _global_shape_model(Phi, t=None):
-    N, M = Phi.shape
-    alpha = numpyro.sample("alpha", dist.Gamma(1e-6, 1e-6).expand([M]).to_event(1))
-    w = numpyro.sample("w", dist.Normal(0.0, jax.lax.rsqrt(alpha)).to_event(1))
-    gamma = numpyro.sample("gamma", dist.Gamma(1e-6, 1e-6))
-    with numpyro.plate("data", N):
-        lam = numpyro.sample("lam", dist.Gamma(_POINT_SHAPE["value"], _POINT_SHAPE["value"]))
-        numpyro.sample("t", dist.Normal(Phi @ w, jax.lax.rsqrt(gamma * lam)), obs=t)
+def _student_t_reading(shape):
+    """ARD regression with Student-t noise whose per-point precisions have the prior
+    Gamma(shape(), shape()): ``shape`` is called when the model runs."""
+    def model(Phi, t=None):
+        N, M = Phi.shape
+        alpha = numpyro.sample("alpha", dist.Gamma(1e-6, 1e-6).expand([M]).to_event(1))
+        w = numpyro.sample("w", dist.Normal(0.0, jax.lax.rsqrt(alpha)).to_event(1))
+        gamma = numpyro.sample("gamma", dist.Gamma(1e-6, 1e-6))
+        with numpyro.plate("data", N):
+            lam = numpyro.sample("lam", dist.Gamma(shape(), shape()))
+            numpyro.sample("t", dist.Normal(Phi @ w, jax.lax.rsqrt(gamma * lam)), obs=t)
+    return model
 
 
 def test_a_changed_global_prior_parameter_is_seen_by_the_next_fit():
@@ -358,26 +362,15 @@ def test_a_changed_global_prior_parameter_is_seen_by_the_next_fit():
     rng = np.random.default_rng(3)
     Phi = rng.normal(size=(40, 6))
     t = Phi[:, 0] + 0.3 * rng.standard_t(3, size=40)
-
-    def written_with(shape):
-        def model(Phi, t=None):
-            N, M = Phi.shape
-            alpha = numpyro.sample("alpha", dist.Gamma(1e-6, 1e-6).expand([M]).to_event(1))
-            w = numpyro.sample("w", dist.Normal(0.0, jax.lax.rsqrt(alpha)).to_event(1))
-            gamma = numpyro.sample("gamma", dist.Gamma(1e-6, 1e-6))
-            with numpyro.plate("data", N):
-                lam = numpyro.sample("lam", dist.Gamma(shape, shape))
-                numpyro.sample("t", dist.Normal(Phi @ w, jax.lax.rsqrt(gamma * lam)), obs=t)
-        return model
-
+    reading = _student_t_reading(lambda: _POINT_SHAPE["value"])
     try:
         for shape in (1.5, 4.0, 1.5):
             _POINT_SHAPE["value"] = shape
-            kept = ppl_sbl.CAVI(_global_shape_model, progress_bar=False).run(Phi, t)
-            fresh = ppl_sbl.CAVI(written_with(shape), progress_bar=False).run(Phi, t)
+            kept = ppl_sbl.CAVI(reading, progress_bar=False).run(Phi, t)
+            fresh = ppl_sbl.CAVI(_student_t_reading(lambda: shape), progress_bar=False).run(Phi, t)
             assert kept.elbo == pytest.approx(fresh.elbo, rel=1e-12, abs=1e-12)
             np.testing.assert_allclose(np.asarray(kept.predict(Phi[:5])[1]), np.asarray(fresh.predict(Phi[:5])[1]),
                                        rtol=1e-10)
-        assert abs(ppl_sbl.CAVI(written_with(4.0), progress_bar=False).run(Phi, t).elbo - kept.elbo) > 1e-3
+        assert abs(ppl_sbl.CAVI(_student_t_reading(lambda: 4.0), progress_bar=False).run(Phi, t).elbo - kept.elbo) > 1e-3
     finally:
         _POINT_SHAPE["value"] = 1.5
