@@ -100,11 +100,14 @@ def test_no_module_imports_private_names_of_another():
     assert not found, "private names used across modules:\n" + "\n".join(found)
 
 
-def test_every_module_imports_on_its_own():
+def test_every_module_imports_on_its_own(tmp_path):
     """Each module imported into an interpreter holding no module of the package (one process;
-    the package's modules removed from ``sys.modules`` before each)."""
+    the package's modules removed from ``sys.modules`` before each). Every import runs each
+    module's code again; its compiled bytecode is written once, under ``tmp_path`` (not next to
+    the sources), and read back by the later imports, also where PYTHONDONTWRITEBYTECODE is set."""
     script = (
         "import sys, importlib, jax, numpyro\n"
+        f"sys.dont_write_bytecode = False\nsys.pycache_prefix = {str(tmp_path / 'pycache')!r}\n"
         f"names = {sorted(MODULES)!r}\n"
         "bad = []\n"
         "for name in names:\n"
