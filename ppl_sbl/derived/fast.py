@@ -151,16 +151,32 @@ def _other_priors(data, layout, g_mean, g_log):
     return sum(terms.values(), 0.0)
 
 
+def _uniform(data, layout):
+    """Whether W = -2 dL/dE[eta^2] is the same for every row whatever q is: one Normal term whose
+    rows share one precision exp(c + A ln g) and one log-density scale exp(cs + As ln g), and no
+    Bernoulli term."""
+    if layout.bernoulli or len(layout.normal) != 1:
+        return False
+    t = data.terms[layout.normal[0]]
+
+    def shared(x):
+        x = np.asarray(x)
+        return x.ndim == 0 or bool(np.all(x == x[:1]))
+
+    return all(shared(x) for x in (t.c, t.A, t.cs, t.As))
+
+
 class RowFactor:
     """The likelihood's factors of a derived guide as the fast schedule's factor (see the module
     docstring): ``weights()`` -> (W, r), ``update(moments)``, ``elbo_terms(moments)``,
     ``release()``. Holds the stacked Gamma shapes and rates (the ARD elements' entries unused) and
-    the Jaakkola-Jordan xi of every Bernoulli term."""
-
-    uniform = False
+    the Jaakkola-Jordan xi of every Bernoulli term. ``uniform`` where W is the same for every row
+    whatever q is (:func:`_uniform`): the schedule then keeps the design's projections, as for the
+    shipped Gaussian noise."""
 
     def __init__(self, st, data, layout, slices, g_shape, g_rate, programs):
         self.data, self.layout = data, layout
+        self.uniform = _uniform(data, layout)
         self.g_shape, self.g_rate = np.array(g_shape, dtype=float), np.array(g_rate, dtype=float)
         self.xi = {name: np.zeros(np.shape(data.jj[name].s)) for name in layout.bernoulli}
         self.rows = programs["rows"]
