@@ -287,17 +287,29 @@ class _Schedule:
         prior = (self.a0 + 0.5) * np.log(x_active) - self.b0 * x_active
         return 0.5 * float(self.b[a] @ mu) - 0.5 * log_det + float(np.sum(prior)), Sigma, mu
 
+    def joint_derivatives(self):
+        """(g, H): the gradient and Hessian of F (:meth:`joint_value`) in x_A at the current state,
+        g_k = (a0 + 1/2)/x_k - b0 - (mu_k^2 + Sigma_kk)/2 and H_jk = mu_j mu_k Sigma_jk +
+        Sigma_jk^2 / 2 - delta_jk (a0 + 1/2)/x_k^2 (dSigma/dx_k = -Sigma e_k e_k^T Sigma, dmu/dx_k =
+        -mu_k Sigma e_k)."""
+        K, a = self.K, self.active
+        x, Sigma, mu = self.x[a], self.Sigma[:K, :K], self.mu[:K]
+        shape = self.a0 + 0.5
+        g = shape / x - self.b0 - 0.5 * (mu * mu + np.diag(Sigma))
+        H = np.outer(mu, mu) * Sigma + 0.5 * Sigma * Sigma - np.diag(shape / (x * x))
+        return g, H
+
     def newton_polish(self):
         """One Newton step on F (:meth:`joint_value`) in ln x_A over the active coefficients whose
-        s_k is resolved and that this pass has not held, the others held: with g_k = dF/dx_k =
-        (a0 + 1/2)/x_k - b0 - (mu_k^2 + Sigma_kk)/2 and d2F/dx_j dx_k = mu_j mu_k Sigma_jk +
-        Sigma_jk^2 / 2 - delta_jk (a0 + 1/2)/x_k^2, the step solves H d = -g in ln x (damped until
-        -H is positive definite), halved until F rises and the spread (:meth:`spread`) stays within
-        ``MAX_SPREAD`` (or does not grow). Made only where it moves some E[alpha_k] by at least
-        ``settle`` (relative, weighted by the data's share s_k / (x_k + s_k), as :meth:`polish`
-        weighs a re-estimate). It replaces a cycle of one-coefficient re-estimates, which converge
-        slowly where the active columns are correlated. Returns its ELBO gain, or None where no
-        such step exists (q(w), S and Q then as they were)."""
+        s_k is resolved and that this pass has not held, the others held: with the gradient g and
+        Hessian H of F in x (:meth:`joint_derivatives`), the step solves the Newton equations in
+        ln x (damped until minus the Hessian is positive definite), halved until F rises and the
+        spread (:meth:`spread`) stays within ``MAX_SPREAD`` (or does not grow). Made only where it
+        moves some E[alpha_k] by at least ``settle`` (relative, weighted by the data's share s_k /
+        (x_k + s_k), as :meth:`polish` weighs a re-estimate). It does the work of many cycles of
+        one-coefficient re-estimates, which converge slowly where the active columns are
+        correlated. Returns its ELBO gain, or None where no such step exists (the state is then
+        as it was)."""
         K, a = self.K, self.active
         if K == 0:
             return None
@@ -306,13 +318,10 @@ class _Schedule:
         free = (s[a] >= _COLLINEAR * self.h[a]) & ~self.held[a]
         if not np.any(free):
             return None
-        Sigma, mu = self.Sigma[:K, :K], self.mu[:K]
         start = self.joint_value(x)
         if start is None:
             return None
-        shape = self.a0 + 0.5
-        g = shape / x - self.b0 - 0.5 * (mu * mu + np.diag(Sigma))
-        H = np.outer(mu, mu) * Sigma + 0.5 * Sigma * Sigma - np.diag(shape / (x * x))
+        g, H = self.joint_derivatives()
         grad = (x * g)[free]
         hess = (x[:, None] * H * x[None, :] + np.diag(x * g))[np.ix_(free, free)]
         neg = -0.5 * (hess + hess.T)
@@ -346,15 +355,16 @@ class _Schedule:
         return None
 
     def polish(self, budget=None):
-        """One cycle over the re-estimates :meth:`best_move` left for being below its floor (the
-        ones that gain anything and move E[alpha_k] by at least ``settle``, relative and weighted
-        by the data's share s_k / (x_k + s_k) of w_k's precision, as the sweep's stopping rule
-        weighs them, :func:`ppl_sbl.engine.state_change`; together they can be worth more than
-        the floor), in the order the coefficients entered: each re-estimated to the maximiser of
-        (1) given the others, as they stand then, where that still moves it so, gains, its s_k
-        is resolved (at least ``_COLLINEAR`` h_k) and :meth:`reestimate` does not refuse it (it
-        is then held for the pass); at most ``budget`` moves. Returns the gains of the moves
-        made, in order."""
+        """Where :meth:`best_move` left re-estimates below its floor (the ones that gain anything and
+        move E[alpha_k] by at least ``settle``, relative and weighted by the data's share s_k / (x_k
+        + s_k) of w_k's precision, as the sweep's stopping rule weighs them,
+        :func:`ppl_sbl.engine.state_change`; together they can be worth more than the floor): one
+        joint Newton step on the active precisions (:meth:`newton_polish`) where it makes one;
+        else one cycle over those re-estimates in the order the coefficients entered, each
+        re-estimated to the maximiser of (1) given the others, as they stand then, where that
+        still moves it so, gains, its s_k is resolved (at least ``_COLLINEAR`` h_k) and
+        :meth:`reestimate` does not refuse it (it is then held for the pass); at most ``budget``
+        moves. Returns the gains of the moves made, in order."""
         gains = []
         pending, self.pending = self.pending, ()
         if len(pending) and (budget is None or budget > 0):
@@ -497,8 +507,9 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
              target_scale=1.0, entry=None, vague_only=False):
     """The fast variational schedule: from the empty model, the best significant move at a time
     (:meth:`_Schedule.best_move`: adds by the entry rule below, re-estimates to the maximiser of
-    (1), each gaining more than ``tol |ELBO|``) and, where none is left, a cycle over
-    the re-estimates it left for their small gains (:meth:`_Schedule.polish`), until neither
+    (1), each gaining more than ``tol |ELBO|``) and, where none is left, a joint Newton step on the
+    active precisions or a cycle over the re-estimates it left for their small gains
+    (:meth:`_Schedule.polish`), until neither
     makes a move or the pass has made ``MOVES_PER_COEFFICIENT`` M moves; then the likelihood
     factor's own updates given q(w) (``factor.update``), q(w) and the statistics recomputed for
     its new (W, r), the frozen q(alpha) put at their optima (2). A move the working precision
