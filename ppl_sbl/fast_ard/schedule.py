@@ -303,8 +303,9 @@ class _Schedule:
         """One Newton step on F (:meth:`joint_value`) in ln x_A over the active coefficients whose
         s_k is resolved and that this pass has not held, the others held: with the gradient g and
         Hessian H of F in x (:meth:`joint_derivatives`), the step solves the Newton equations in
-        ln x (damped until minus the Hessian is positive definite), halved until F rises and the
-        spread (:meth:`spread`) stays within ``MAX_SPREAD`` (or does not grow). Made only where it
+        ln x (damped until minus the Hessian is positive definite), halved until F rises; none
+        where a step would take the spread (:meth:`spread`) above ``MAX_SPREAD`` (where that limit
+        binds, the one-coefficient moves and their refusals decide). Made only where it
         moves some E[alpha_k] by at least ``settle`` (relative, weighted by the data's share s_k /
         (x_k + s_k), as :meth:`polish` weighs a re-estimate). It does the work of many cycles of
         one-coefficient re-estimates, which converge slowly where the active columns are
@@ -336,7 +337,6 @@ class _Schedule:
         else:
             return None
         weight = s[a][free] / (x[free] + s[a][free])
-        before_spread = self.spread()
         t = 1.0
         for _ in range(30):
             trial = x.copy()
@@ -346,8 +346,9 @@ class _Schedule:
                 return None
             value = self.joint_value(trial)
             if value is not None and np.all(np.isfinite(trial)):
-                spread = float((self.h[a] + trial) @ np.diag(value[1]))
-                if value[0] > start[0] and not (spread > MAX_SPREAD and spread > before_spread):
+                if float((self.h[a] + trial) @ np.diag(value[1])) > MAX_SPREAD:
+                    return None  # the spread limit binds: the one-coefficient moves decide there
+                if value[0] > start[0]:
                     self.x[a] = trial
                     self.refresh()
                     return value[0] - start[0]
