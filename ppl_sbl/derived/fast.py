@@ -35,7 +35,7 @@ from ..fast_ard.groups import group_schedule
 from ..fast_ard.results import active_gaussian
 from ..priors import is_vague
 from .objective import expected_log_terms
-from .structure import DerivedData, DerivedState, monosum, stack_sites, unstack_sites
+from .structure import DerivedData, DerivedState, monosum, rows_alike, stack_sites, unstack_sites
 
 __all__ = ["gamma_offsets", "ard_layout", "RowFactor", "row_factor", "fit_fast"]
 
@@ -153,17 +153,11 @@ def _other_priors(data, layout, g_mean, g_log):
 
 def _uniform(data, layout):
     """Whether W = -2 dL/dE[eta^2] is the same for every row whatever q is: one Normal term whose
-    rows share one precision exp(c + A ln g) and one log-density scale exp(cs + As ln g), and no
-    Bernoulli term."""
+    rows are alike (:func:`ppl_sbl.derived.structure.rows_alike`) and no Bernoulli term."""
     if layout.bernoulli or len(layout.normal) != 1:
         return False
     t = data.terms[layout.normal[0]]
-
-    def shared(x):
-        x = np.asarray(x)
-        return x.ndim == 0 or bool(np.all(x == x[:1]))
-
-    return all(shared(x) for x in (t.c, t.A, t.cs, t.As))
+    return rows_alike(t.c, t.A, t.cs, t.As)
 
 
 class RowFactor:

@@ -320,6 +320,12 @@ def with_array_inputs(args, kwargs, key=None):
     return compile, abstract
 
 
+def rows_alike(c, A, cs, As):
+    """Whether every row of a Normal term has the same precision exp(c + A ln g) and the same
+    log-density scale exp(cs + As ln g), whatever the Gamma elements g are."""
+    return all(np.ndim(x) == 0 or bool(np.all(np.asarray(x) == np.asarray(x)[:1])) for x in (c, A, cs, As))
+
+
 def fingerprint(model, args, kwargs):
     """What the model reads beyond its arguments: the text of its traced program at these argument
     shapes (the array arguments as inputs) and the constants in it, with every sample site's
@@ -466,7 +472,7 @@ def _analyse(model, args, kwargs, compile, abstract):
                 raise not_product
             sums[name] = _SumTerm(a, B, idx, cs, As)
             continue
-        uniform = bool(np.all(A == A[:1]) and np.all(As == As[:1]) and np.ptp(c) == 0 and np.ptp(cs) == 0)  # rows alike
+        uniform = rows_alike(c, A, cs, As)
         G, aTa, BTa, F = {}, np.zeros(()), {}, {}
         if uniform:
             G = {g: np.diag(b ** 2) if b.ndim == 1 else b.T @ b for g, b in B.items()}
