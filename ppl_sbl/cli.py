@@ -372,6 +372,9 @@ def build_parser():
     cmp.add_argument("--max-sweeps", type=int, default=20000,
                      help="upper limit on CAVI sweeps, or passes of the fast schedule (default 20000)")
     cmp.add_argument("--progress", action="store_true", default=None, help="always show progress bars")
+    cmp.add_argument("--blas-threads", type=_positive_int, default=1,
+                     help="threads of NumPy's and SciPy's BLAS during the job (default 1: the fits' matrices are a "
+                     "few hundred wide, where BLAS threads cost more time than they save)")
     cmp.set_defaults(func=compare_command)
     return parser
 
@@ -387,12 +390,26 @@ def _positive_float(text):
     return value
 
 
+def _positive_int(text):
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text}")
+    return value
+
+
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     compilation_cache()  # JAX's persistent compilation cache (off with PPL_SBL_NO_COMPILATION_CACHE=1)
+    from threadpoolctl import threadpool_limits
+
     try:
-        return args.func(args)
+        with threadpool_limits(limits=args.blas_threads, user_api="blas"):
+            return args.func(args)
     except ValueError as err:
         parser.exit(2, f"ppl-sbl: error: {err}\n")
 

@@ -249,7 +249,7 @@ def compiled_relevance(guide):
             data_precision = gaussian.conditional_data_precision(getattr(state, fields[0]), prior, data_precision)
         return prior, data_precision
 
-    return guide.compiled("relevance", relevance)
+    return guide.compiled("relevance", relevance, once=True)
 
 
 def coefficient_factors(guide, state, data):
@@ -294,7 +294,7 @@ def compiled_support(guide):
         var, kept = zip(*(_variances(q) for q in factors))
         return jnp.stack([q.mean for q in factors]), jnp.stack(var), jnp.stack(kept), prior.T, groups
 
-    return guide.compiled("support", support)
+    return guide.compiled("support", support, once=True)
 
 
 def compiled_covariances(guide):
@@ -305,7 +305,7 @@ def compiled_covariances(guide):
         factors = coefficient_factors(guide, state, data)[0]
         return jnp.stack([gaussian.full_covariance(q) for q in factors])
 
-    return guide.compiled("covariances", covariances)
+    return guide.compiled("covariances", covariances, once=True)
 
 
 def fit_loop(guide, data, tol, max_sweeps, init_state, record):

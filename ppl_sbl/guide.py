@@ -170,12 +170,17 @@ class ClosedFormGuide:
     def __post_init__(self):
         object.__setattr__(self, "_compiled", {})
 
-    def compiled(self, name, fn: Callable) -> Callable:
+    def compiled(self, name, fn: Callable, once: bool = False) -> Callable:
         """``jax.jit(fn)``, made once per ``name`` and kept by this guide (``fn`` must be a function
         of this guide alone, the same for every call with this name); ``fn`` itself where it is
-        compiled already (a jit of it would compile its program a second time)."""
+        compiled already (a jit of it would compile its program a second time). ``once``: a
+        program that runs once per call of a result's method (its ELBO, parts, predictions,
+        draws), compiled with :data:`ONCE`."""
         if name not in self._compiled:
-            self._compiled[name] = fn if hasattr(fn, "lower") else jax.jit(fn)
+            if hasattr(fn, "lower"):
+                self._compiled[name] = fn
+            else:
+                self._compiled[name] = jax.jit(fn, compiler_options=ONCE) if once else jax.jit(fn)
         return self._compiled[name]
 
     def replace(self, **changes) -> "ClosedFormGuide":
@@ -193,6 +198,13 @@ class ClosedFormGuide:
         for name, value in fields.items():
             object.__setattr__(self, name, value)
         self.__post_init__()
+
+
+ONCE = {"xla_backend_optimization_level": 0}
+"""XLA options of the programs that run once per call (a result's ELBO and its parts, predictions,
+draws, the analysis of a derived guide): LLVM without its optimisation passes compiles them in
+about half the time; the arithmetic is the same (no fast-math either way), only the machine code is
+slower, which programs made of a few large operations that run once do not notice."""
 
 
 def closed_form_guide(guide):

@@ -417,7 +417,7 @@ class CAVIResult(ResultMethods, Saveable):
         """The true ELBO of q (quadrature) where ``elbo`` uses a local bound; else ``None``."""
         if self.guide_spec.elbo_exact is None:
             return None
-        return float(self.guide_spec.compiled("elbo_exact", self.guide_spec.elbo_exact)(self.state, self.data))
+        return float(self.guide_spec.compiled("elbo_exact", self.guide_spec.elbo_exact, once=True)(self.state, self.data))
 
     def elbo_parts(self) -> dict:
         """The ELBO as named terms that sum to :attr:`elbo` (:meth:`ppl_sbl.result.FitResult.elbo_parts`):
@@ -427,7 +427,7 @@ class CAVIResult(ResultMethods, Saveable):
         if spec.elbo_parts is None:
             raise NotImplementedError(f"the guide of {getattr(self.model, '__name__', 'this model')} does not "
                                       "split its ELBO into parts (ClosedFormGuide.elbo_parts).")
-        terms = spec.compiled("elbo_parts", spec.elbo_parts)(self.state, self.data)
+        terms = spec.compiled("elbo_parts", spec.elbo_parts, once=True)(self.state, self.data)
         parts = {k: float(v) for k, v in terms.items()}
         if spec.elbo_exact is not None:  # the exact terms sum to elbo_exact
             parts["local_bound"] = self.elbo - math.fsum(parts.values())
@@ -440,7 +440,7 @@ class CAVIResult(ResultMethods, Saveable):
         spec = self.guide_spec
         if spec.loo is None:
             return None
-        return np.asarray(spec.compiled("loo", spec.loo)(self.state, self.data)[0])
+        return np.asarray(spec.compiled("loo", spec.loo, once=True)(self.state, self.data)[0])
 
     def log_predictive_density(self) -> Optional[np.ndarray]:
         """ln p(t_n | t) of every training point under the fitted predictive, (N,), for the models
@@ -448,7 +448,7 @@ class CAVIResult(ResultMethods, Saveable):
         spec = self.guide_spec
         if spec.loo is None:
             return None
-        return np.asarray(spec.compiled("loo", spec.loo)(self.state, self.data)[1])
+        return np.asarray(spec.compiled("loo", spec.loo, once=True)(self.state, self.data)[1])
 
     @property
     def likelihood_normalised(self) -> bool:
@@ -461,7 +461,7 @@ class CAVIResult(ResultMethods, Saveable):
         """{local bound: nats it loses against the exact ELBO of q}; empty with no local bound."""
         spec = self.guide_spec
         if spec.bound_gaps is not None:
-            gaps = spec.compiled("bound_gaps", spec.bound_gaps)(self.state, self.data)
+            gaps = spec.compiled("bound_gaps", spec.bound_gaps, once=True)(self.state, self.data)
             return {k: float(v) for k, v in gaps.items()}
         if spec.elbo_exact is None:
             return {}
@@ -570,7 +570,7 @@ class CAVIResult(ResultMethods, Saveable):
         if spec.check_new is None:
             out = spec.predict(self.state, self.data, *new_args)
         else:  # checked with their values, then one compiled function (per guide and shape)
-            out = spec.compiled("predict", spec.predict)(self.state, self.data, *spec.check_new(self.data, *new_args))
+            out = spec.compiled("predict", spec.predict, once=True)(self.state, self.data, *spec.check_new(self.data, *new_args))
         return jax.tree.map(np.asarray, out)
 
     def sample(self, key, num_samples: int = 1000, sites=None) -> dict:
@@ -588,7 +588,7 @@ class CAVIResult(ResultMethods, Saveable):
             return guide if keep is None else held(guide, keep)
 
         values = engine.call_compiled(
-            g.compiled, ("sample", n, keep),
+            lambda name, fn: g.compiled(name, fn, once=True), ("sample", n, keep),
             lambda key, state, *a, **k: Predictive(only(g.guide(state)), num_samples=n)(key, *a, **k),
             (key, self.state), self.args, self.kwargs,
             fallback=lambda: Predictive(only(self.guide), num_samples=n)(key, *self.args, **self.kwargs))
@@ -614,7 +614,7 @@ class CAVIResult(ResultMethods, Saveable):
     def compiled(self, name, fn):
         """``jax.jit(fn)``, kept by the fit's guide (:meth:`ClosedFormGuide.compiled`) for every fit
         of the same model: the program and ``fn`` must be the same for every call with this name."""
-        return self.guide_spec.compiled(("result", self.model, name), fn)
+        return self.guide_spec.compiled(("result", self.model, name), fn, once=True)
 
     def __getattr__(self, name):
         # model-specific summaries (ClosedFormGuide.extras), e.g. result.outlier_score

@@ -174,8 +174,10 @@ class ResultMethods:
 
     def compiled(self, name, fn):
         """``jax.jit(fn)``, kept with the fit's guide where it has one (``fn`` the same for every
-        call with this name)."""
-        return jax.jit(fn)
+        call with this name); a program that runs once per call (:data:`ppl_sbl.guide.ONCE`)."""
+        from .guide import ONCE
+
+        return jax.jit(fn, compiler_options=ONCE)
 
     def to_inference_data(self, num_samples: int = 1000, seed: int = 0):
         """An ArviZ ``InferenceData``: posterior draws, pointwise log-likelihood (for ``az.loo``),

@@ -183,7 +183,9 @@ def test_likelihood_sites_and_the_draws_psis_needs():
         full = res.to_inference_data(num_samples=200, seed=5)
         part = ppl_sbl.result.inference_data(res, num_samples=200, seed=5, sites=res.likelihood_sites())
         assert set(part.posterior.data_vars) == expected
-        np.testing.assert_allclose(part.log_likelihood["t"].values, full.log_likelihood["t"].values, rtol=1e-12)
+        # the same draws through two programs: equal to rounding (absolute, where a density crosses zero)
+        np.testing.assert_allclose(part.log_likelihood["t"].values, full.log_likelihood["t"].values, rtol=1e-12,
+                                   atol=1e-13)
     res = cases[0][0]
     draws = res.sample(0, 10, sites={"alpha"})
     with pytest.raises(ValueError, match="'w'"):

@@ -278,7 +278,8 @@ def _build(model, st: Structure, last: dict, mark=None) -> ClosedFormGuide:
                     if len(shape) == 0:
                         numpyro.sample(name, dist.Normal(state.mean[name][0], jnp.sqrt(covariance(state, name)[0, 0])))
                     elif len(shape) == 1 and event_dim[name] == 1:
-                        numpyro.sample(name, dist.MultivariateNormal(state.mean[name], covariance(state, name)))
+                        numpyro.sample(name, dist.MultivariateNormal(state.mean[name], covariance(state, name),
+                                                                     validate_args=False))
                     else:
                         raise NotImplementedError(
                             f"site '{name}': the NumPyro guide of a derived Gaussian factor covers vectors with one "

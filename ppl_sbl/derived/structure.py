@@ -15,6 +15,7 @@ from numpyro import handlers
 
 from .. import engine
 from ..gaussian import low_rank_factor
+from ..guide import ONCE
 
 SVI_HINT = ("fit this model with SVI instead (numpyro.infer.SVI with an AutoNormal guide and "
              "numpyro.infer.Trace_ELBO), or rewrite the site in the derived-CAVI vocabulary (Gaussian vectors, "
@@ -288,11 +289,7 @@ class Structure(NamedTuple):
 
 _COMPILED = {}  # (key, static arguments, shapes and dtypes of the arrays) -> compiled program
 
-QUICK = {"xla_backend_optimization_level": 0}
-"""XLA options of the programs that run once per call (the analysis, the start, predictions): LLVM
-without its optimisation passes compiles them in about half the time; the arithmetic is the same
-(no fast-math either way), only the machine code is slower, which programs that run once do not
-notice."""
+QUICK = ONCE  # the analysis and the start run once per fit
 
 
 def with_array_inputs(args, kwargs, key=None):

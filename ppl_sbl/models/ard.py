@@ -93,11 +93,11 @@ def make_guide(has_gamma, extra_sites=None):
 
     def build(state):
         mean = state.w.mean
-        scale_tril = jnp.linalg.cholesky(G.full_covariance(state.w))
+        scale_tril = jnp.linalg.cholesky(G.full_covariance(state.w))  # a Cholesky factor: not validated
 
         def guide(Phi, t=None, **hyper):
             numpyro.sample("alpha", dist.Gamma(state.alpha_shape, state.alpha_rate).to_event(1))
-            numpyro.sample("w", dist.MultivariateNormal(mean, scale_tril=scale_tril))
+            numpyro.sample("w", dist.MultivariateNormal(mean, scale_tril=scale_tril, validate_args=False))
             if has_gamma:
                 numpyro.sample("gamma", dist.Gamma(state.gamma_shape, state.gamma_rate))
             if extra_sites is not None:

@@ -341,7 +341,7 @@ def _make_guide(has_gamma):
         def guide(X, t=None, **hyper):
             for name, a, b in zip(names, state.shapes, state.rates):
                 numpyro.sample(name, dist.Gamma(a, b).to_event(1))
-            numpyro.sample("w", dist.MultivariateNormal(mean, scale_tril=scale_tril))
+            numpyro.sample("w", dist.MultivariateNormal(mean, scale_tril=scale_tril, validate_args=False))
             if has_gamma:
                 numpyro.sample("gamma", dist.Gamma(state.gamma_shape, state.gamma_rate))
 

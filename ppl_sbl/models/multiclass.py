@@ -348,7 +348,7 @@ def _multiclass_guide(state: MulticlassState):
         if t is None:
             raise ValueError("the multiclass guide needs the labels `t`: q(y_n) lives on the cone of t_n.")
         numpyro.sample("alpha", dist.Gamma(state.alpha_shape, state.alpha_rate).to_event(2))
-        numpyro.sample("w", _ClassColumns(dist.MultivariateNormal(means, scale_tril=scale_tril)))
+        numpyro.sample("w", _ClassColumns(dist.MultivariateNormal(means, scale_tril=scale_tril, validate_args=False)))
         with numpyro.plate("data", state.y_loc.shape[0]):
             numpyro.sample("y", P.ConeTruncatedNormal(state.y_loc, jnp.asarray(t).astype(jnp.int32)))
 
