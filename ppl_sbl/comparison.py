@@ -62,29 +62,40 @@ def _schedule(result) -> str:
 
 def vague_hyperparameters(result) -> int:
     """The number of hyperparameters of a fit with a vague prior: elements of latent Gamma sites of
-    its program whose shape is below :data:`ppl_sbl.priors.VAGUE_SHAPE`."""
+    its program whose shape is below :data:`ppl_sbl.priors.VAGUE_SHAPE`. The program is traced
+    once, in one compiled program that returns the Gamma sites' shapes."""
     import jax.numpy as jnp
     import numpyro.distributions as dist
     from numpyro import handlers
+
+    from .engine import call_compiled
 
     def at_one(site):  # any value: only the sites' prior parameters are read
         if site["type"] != "sample" or site["is_observed"]:
             return None
         return jnp.ones(site["fn"].shape(site["kwargs"].get("sample_shape", ())))
 
-    program = handlers.substitute(result.program, substitute_fn=at_one)
-    trace = handlers.trace(handlers.seed(program, rng_seed=0)).get_trace(*result.args, **result.kwargs)
-    count = 0
-    for site in trace.values():
-        if site["type"] != "sample" or site["is_observed"]:
-            continue
-        fn = site["fn"]
-        while hasattr(fn, "base_dist"):
-            fn = fn.base_dist
-        if isinstance(fn, dist.Gamma):
-            shape = np.broadcast_to(np.asarray(fn.concentration), np.shape(site["value"]))
-            count += int(np.sum(shape < VAGUE_SHAPE))
-    return count
+    def gamma_shapes(*args, **kwargs):
+        program = handlers.substitute(result.program, substitute_fn=at_one)
+        trace = handlers.trace(handlers.seed(program, rng_seed=0)).get_trace(*args, **kwargs)
+        shapes = {}
+        for name, site in trace.items():
+            if site["type"] != "sample" or site["is_observed"]:
+                continue
+            fn = site["fn"]
+            while hasattr(fn, "base_dist"):
+                fn = fn.base_dist
+            if isinstance(fn, dist.Gamma):
+                shapes[name] = jnp.broadcast_to(jnp.asarray(fn.concentration), jnp.shape(site["value"]))
+        return shapes
+
+    def eager():
+        return gamma_shapes(*result.args, **result.kwargs)
+
+    compiled = getattr(result, "compiled", None)
+    shapes = eager() if compiled is None else call_compiled(compiled, "gamma shapes", gamma_shapes, (), result.args,
+                                                             result.kwargs, fallback=eager)
+    return int(sum(np.sum(np.asarray(shape) < VAGUE_SHAPE) for shape in shapes.values()))
 
 
 def loo(result, *, num_samples: int = 1000, seed: int = 0, method: str = "auto"):

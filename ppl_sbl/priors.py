@@ -48,22 +48,29 @@ def is_vague(shape):
     return float(shape) < VAGUE_SHAPE
 
 
+def _xp(*arrays):
+    """NumPy for host arrays (no program to compile for a few reductions), else jax.numpy."""
+    return np if all(a is None or isinstance(a, (np.ndarray, float, int)) for a in arrays) else jnp
+
+
 def target_spread(t):
     """v_t: the variance of ``t``, its mean square where ``t`` is constant, 1 where it is all zero
     or ``None``."""
+    xp = _xp(t)
     if t is None:
-        return jnp.asarray(1.0)
-    t = jnp.asarray(t, dtype=jnp.float64)
-    spread = jnp.var(t)
-    spread = jnp.where(spread > 0, spread, jnp.mean(t * t))
-    return jnp.where(spread > 0, spread, 1.0)
+        return xp.asarray(1.0)
+    t = xp.asarray(t, dtype=xp.float64)
+    spread = xp.var(t)
+    spread = xp.where(spread > 0, spread, xp.mean(t * t))
+    return xp.where(spread > 0, spread, 1.0)
 
 
 def column_spread(Phi):
     """m_k = mean_n phi_nk^2 of every column, shape (M,); 1 for a column of zeros."""
-    Phi = jnp.asarray(Phi, dtype=jnp.float64)
-    m = jnp.mean(Phi * Phi, axis=0)
-    return jnp.where(m > 0, m, 1.0)
+    xp = _xp(Phi)
+    Phi = xp.asarray(Phi, dtype=xp.float64)
+    m = xp.mean(Phi * Phi, axis=0)
+    return xp.where(m > 0, m, 1.0)
 
 
 def weight_rate(Phi, t, a0, b0, groups=None):
@@ -76,7 +83,10 @@ def weight_rate(Phi, t, a0, b0, groups=None):
     if groups is not None:
         groups = np.asarray(groups)
         count = np.bincount(groups)
-        m = jax.ops.segment_sum(m, jnp.asarray(groups), num_segments=count.shape[0]) / count
+        if isinstance(m, np.ndarray):
+            m = np.bincount(groups, weights=m, minlength=count.shape[0]) / count
+        else:
+            m = jax.ops.segment_sum(m, jnp.asarray(groups), num_segments=count.shape[0]) / count
     return a0 * target_spread(t) / m
 
 

@@ -112,6 +112,14 @@ class JaakkolaJordan:
         # xi_n^2 = E[(phi_n^T w)^2], the frozen variances included  (30)
         self.xi = np.sqrt(moments.mean**2 + moments.var)
 
+    def parameters(self):
+        """The variational parameters that :meth:`update` sets, as one vector (xi): the schedule
+        extrapolates their sequence (:func:`ppl_sbl.fast_ard.schedule.run_passes`)."""
+        return self.xi.copy()
+
+    def set_parameters(self, value):
+        self.xi = np.maximum(value, 0.0)
+
     def pointwise(self, moments):
         """The bound (27) on ln p(t_n | w), in expectation under q(w), for every point."""
         xi = self.xi
@@ -145,6 +153,16 @@ class RobustJaakkolaJordan(JaakkolaJordan):
 
     def _omega(self):
         return self.c / self.omega_rate
+
+    def parameters(self):
+        """xi, and the rates of q(omega) once they update (:meth:`release`)."""
+        return self.xi.copy() if self.held else np.concatenate([self.xi, self.omega_rate])
+
+    def set_parameters(self, value):
+        n = self.xi.shape[0]
+        super().set_parameters(value[:n])
+        if not self.held:
+            self.omega_rate = np.maximum(value[n:], self.d)  # d~_n = d - E[ln h] >= d: ln h <= 0
 
     def weights(self):
         self.omega = self._omega()
