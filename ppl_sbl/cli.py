@@ -402,8 +402,12 @@ def _positive_int(text):
 
 
 def main(argv=None):
+    import warnings
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    # ArviZ's notice of its coming 1.0 API is addressed to its own users, not to this job's readers
+    warnings.filterwarnings("ignore", message="\nArviZ is undergoing a major refactor", category=FutureWarning)
     compilation_cache()  # JAX's persistent compilation cache (off with PPL_SBL_NO_COMPILATION_CACHE=1)
     from threadpoolctl import threadpool_limits
 

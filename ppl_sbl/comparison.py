@@ -65,6 +65,7 @@ def vague_hyperparameters(result) -> int:
     its program whose shape is below :data:`ppl_sbl.priors.VAGUE_SHAPE`. The program is traced
     once, in one compiled program that returns the Gamma sites' shapes."""
     import jax.numpy as jnp
+    import numpyro
     import numpyro.distributions as dist
     from numpyro import handlers
 
@@ -77,7 +78,8 @@ def vague_hyperparameters(result) -> int:
 
     def gamma_shapes(*args, **kwargs):
         program = handlers.substitute(result.program, substitute_fn=at_one)
-        trace = handlers.trace(handlers.seed(program, rng_seed=0)).get_trace(*args, **kwargs)
+        with numpyro.validation_enabled(False):  # only the sites' parameters are read
+            trace = handlers.trace(handlers.seed(program, rng_seed=0)).get_trace(*args, **kwargs)
         shapes = {}
         for name, site in trace.items():
             if site["type"] != "sample" or site["is_observed"]:
