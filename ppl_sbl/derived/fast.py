@@ -174,6 +174,9 @@ class RowFactor:
         self.g_shape, self.g_rate = np.array(g_shape, dtype=float), np.array(g_rate, dtype=float)
         self.xi = {name: np.zeros(np.shape(data.jj[name].s)) for name in layout.bernoulli}
         self.rows = programs["rows"]
+        # with Bernoulli terms, xi and the other factors' rates converge linearly over the passes,
+        # as the shipped JJ factors' do (:class:`ppl_sbl.fast_ard.schedule.Extrapolation`)
+        self.extrapolates = bool(layout.bernoulli)
         sizes = dict(st.sizes)
         n_obs = sum(int(np.size(v)) for v in data.observed.values())
         self.others = [n for n in st.gamma if n != layout.alpha]
@@ -198,6 +201,27 @@ class RowFactor:
 
     def _moments(self):
         return self.g_shape / self.g_rate, digamma(self.g_shape) - np.log(self.g_rate)
+
+    def _updated(self):
+        return [n for n in self.others if n not in self.held]
+
+    def parameters(self):
+        """xi of every Bernoulli term, then the rates of the other Gamma factors that update, as
+        one vector (in the order of the shipped JJ factors': xi, then the weights' rates)."""
+        return np.concatenate([self.xi[n] for n in self.layout.bernoulli]
+                              + [self.g_rate[self.block[n]] for n in self._updated()])
+
+    def set_parameters(self, value):
+        start = 0
+        for n in self.layout.bernoulli:
+            size = self.xi[n].size
+            self.xi[n] = np.maximum(value[start:start + size], 0.0).reshape(self.xi[n].shape)
+            start += size
+        for n in self._updated():
+            sl = self.block[n]
+            size = sl.stop - sl.start
+            self.g_rate[sl] = np.maximum(value[start:start + size], np.finfo(float).tiny)  # a rate is positive
+            start += size
 
     def _evaluate(self, m, e):
         """The row program (:func:`row_programs`) at the rows' moments m, e and the current q of

@@ -14,7 +14,7 @@ import numpyro.distributions as dist
 from numpyro import handlers
 
 from .. import engine
-from ..gaussian import low_rank_factor
+from ..gaussian import design_low_rank_factor
 from ..guide import ONCE
 
 SVI_HINT = ("fit this model with SVI instead (numpyro.infer.SVI with an AutoNormal guide and "
@@ -472,13 +472,17 @@ def _analyse(model, args, kwargs, compile, abstract):
         uniform = rows_alike(c, A, cs, As)
         G, aTa, BTa, F = {}, np.zeros(()), {}, {}
         if uniform:
-            G = {g: np.diag(b ** 2) if b.ndim == 1 else b.T @ b for g, b in B.items()}
+            # one dense block: its Gram matrix's low-rank factor from the design's columns (O(N M r)),
+            # the Gram matrix itself only where there is none
+            factor = None
             if len(B) == 1:
                 (g, b), = B.items()
                 aTa, BTa = np.sum(a ** 2), {g: apply_matrix(b, a) if b.ndim == 1 else b.T @ a}
-                factor = low_rank_factor(G[g]) if b.ndim == 2 else None
-                if factor is not None:
-                    F, G = {g: factor}, {}
+                factor = design_low_rank_factor(b) if b.ndim == 2 else None
+            if factor is not None:
+                F = {g: factor}
+            else:
+                G = {g: np.diag(b ** 2) if b.ndim == 1 else b.T @ b for g, b in B.items()}
         terms[name] = _Term(a, B, c, A, cs, As, G, aTa, BTa, F)
         normal.append((name, uniform, tuple(B), tuple(F)))
     latent_order = tuple(n for n, _ in _sites(tr) if n in gauss or n in gamma)

@@ -98,6 +98,7 @@ class JaakkolaJordan:
     xi_n^2 = E[(phi_n^T w)^2] (30), the frozen variances included. Starts at xi = 0."""
 
     uniform = False
+    extrapolates = True  # :meth:`parameters` converge linearly over the passes
 
     def __init__(self, t):
         self.t = t
@@ -162,7 +163,7 @@ class RobustJaakkolaJordan(JaakkolaJordan):
         n = self.xi.shape[0]
         super().set_parameters(value[:n])
         if not self.held:
-            self.omega_rate = np.maximum(value[n:], self.d)  # d~_n = d - E[ln h] >= d: ln h <= 0
+            self.omega_rate = np.maximum(value[n:], np.finfo(float).tiny)  # a rate is positive
 
     def weights(self):
         self.omega = self._omega()

@@ -603,7 +603,7 @@ def run_passes(work, factor, tol, max_passes, max_moves, progress, per_pass):
     :func:`schedule`. Returns ``work.result(trace, events, moves, passes, converged)``."""
     max_moves = np.inf if max_moves is None else int(max_moves)
     work.settle = math.sqrt(tol)
-    extrapolate = Extrapolation(work, factor) if hasattr(factor, "parameters") else None
+    extrapolate = Extrapolation(work, factor) if getattr(factor, "extrapolates", False) else None
     value = work.elbo()
     trace, events = [value], []
     moves, passes, converged = 0, 0, False
