@@ -12,7 +12,8 @@ from scipy.special import digamma, gammaln, log_expit
 import ppl_sbl
 from ppl_sbl import basis, datasets
 from ppl_sbl import fast_ard as F
-from ppl_sbl.fast_ard.schedule import Extrapolation, _Schedule
+from ppl_sbl.fast_ard.passes import Extrapolation
+from ppl_sbl.fast_ard.schedule import _Schedule
 from ppl_sbl.models import rvm
 from ppl_sbl.priors import is_vague
 
@@ -756,7 +757,7 @@ def _fit_counting_extrapolations(monkeypatch, Phi, factor, max_rate):
 @pytest.mark.parametrize("case", ["pooled", 0, 1, 2])
 def test_extrapolated_factor_updates_raise_the_elbo_and_shorten_the_tail(case, pooled, monkeypatch):
     """The factor's parameters (the JJ bound's xi) converge linearly from pass to pass; the
-    extrapolation of their tail (:class:`ppl_sbl.fast_ard.schedule.Extrapolation`) is kept only
+    extrapolation of their tail (:class:`ppl_sbl.fast_ard.passes.Extrapolation`) is kept only
     where it raises the ELBO: the trace never falls, the fit takes no more passes than the plain
     alternation and ends at a fixed point of its updates (one more factor update moves the ELBO by
     at most the stopping rule's tol); on small random problems at the plain alternation's own fixed

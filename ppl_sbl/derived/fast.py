@@ -175,7 +175,7 @@ class RowFactor:
         self.xi = {name: np.zeros(np.shape(data.jj[name].s)) for name in layout.bernoulli}
         self.rows = programs["rows"]
         # with Bernoulli terms, xi and the other factors' rates converge linearly over the passes,
-        # as the shipped JJ factors' do (:class:`ppl_sbl.fast_ard.schedule.Extrapolation`)
+        # as the shipped JJ factors' do (:class:`ppl_sbl.fast_ard.passes.Extrapolation`)
         self.extrapolates = bool(layout.bernoulli)
         sizes = dict(st.sizes)
         n_obs = sum(int(np.size(v)) for v in data.observed.values())

@@ -110,7 +110,7 @@ Several outputs. A likelihood factor with ``num_outputs`` = C (the multinomial p
 and restricted family; given the factor the ELBO is a sum over them, so each output runs the
 moves above on its own (W_c, r_c), and the factor's update between passes couples them (a
 :class:`MultiFastFit`; parameter expansion and Newton steps for the factor's update, see
-``schedule._schedule_outputs``).
+``outputs.schedule_outputs``).
 
 Collinear designs. A column of zeros (h_k = 0, hence s_k = q_k = 0) never enters the model; a
 column whose leave-one-out precision is below ``1e-10`` of its own data precision lies in the

@@ -115,7 +115,7 @@ class JaakkolaJordan:
 
     def parameters(self):
         """The variational parameters that :meth:`update` sets, as one vector (xi): the schedule
-        extrapolates their sequence (:func:`ppl_sbl.fast_ard.schedule.run_passes`)."""
+        extrapolates their sequence (:func:`ppl_sbl.fast_ard.passes.run_passes`)."""
         return self.xi.copy()
 
     def set_parameters(self, value):

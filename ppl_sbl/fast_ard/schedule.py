@@ -10,10 +10,12 @@ import scipy.linalg
 
 from .algebra import (check_hyperparameters, frozen_optimum, frozen_value, in_model_change, in_model_value,
                       inverse_and_mean, scalar_optimum, w_alpha_terms, warm_optimum)
-from .factors import Moments, weights_change
+from .factors import Moments
 from ..priors import is_vague
 from .units import original_units, standard_units
-from .outputs import NEWTON, MultiFastFit, OutputFactor, newton_locations
+from .outputs import NEWTON, MultiFastFit, schedule_outputs
+from .passes import (ADD, MOVES_PER_COEFFICIENT, REESTIMATE, UPDATE, Extrapolation,  # noqa: F401 (its interface)
+                     run_passes)
 
 __all__ = ["LOG_ALPHA_TOL", "MAX_ALIGNMENT", "MAX_SPREAD", "MOVES_PER_COEFFICIENT", "ADD", "REESTIMATE", "UPDATE",
            "NEWTON", "NotApplicable", "Moments", "FastFit", "MultiFastFit", "schedule"]
@@ -31,9 +33,6 @@ MAX_ALIGNMENT = 1.0 - 1e-3  # the largest |cosine| of a coefficient added with a
 # like eps kappa^2; at this limit the gains stay exact to well below the floor tol |ELBO| of a move
 # at the default tol = 1e-9
 MAX_SPREAD = 1e5
-# a pass makes at most this many moves per coefficient (M; per output with several), so that
-# ``max_passes`` bounds the work of a fit
-MOVES_PER_COEFFICIENT = 10
 
 
 class NotApplicable(ValueError):
@@ -72,7 +71,6 @@ class FastFit(NamedTuple):
         return float(self.elbo_trace[-1])
 
 
-ADD, REESTIMATE, UPDATE = 0, 1, 2
 
 
 class _Schedule:
@@ -560,7 +558,7 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
     vague_only : raise :class:`NotApplicable` before any fitting where the prior is not vague
         (``CAVI``'s ``schedule="auto"`` passes True: it runs the sweep there).
 
-    Several outputs. A factor with ``num_outputs`` = C (see :func:`_schedule_outputs`) has C
+    Several outputs. A factor with ``num_outputs`` = C (see :func:`ppl_sbl.fast_ard.outputs.schedule_outputs`) has C
     coefficient vectors w_1, ..., w_C on the same design, each with its own ARD prior and active
     set; the fit is then a :class:`MultiFastFit`.
 
@@ -578,7 +576,7 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
         raise NotApplicable(f"the hyperprior shape a0={a0!r} is not vague (a0 >= ppl_sbl.priors.VAGUE_SHAPE): the "
                             "ELBO's optimum keeps every coefficient in the model, where the sweep goes directly.")
     if getattr(factor, "num_outputs", None) is not None:
-        fit = _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact)
+        fit = schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, _Schedule)
         if gain is None and offset == 0.0:
             return fit
         return fit._replace(fits=tuple(original_units(f, gain, offset) for f in fit.fits),
@@ -591,263 +589,3 @@ def _schedule(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact):
     """:func:`schedule` with one output, in the units of :func:`standard_units`."""
     work = _Schedule(Phi, factor, a0, b0, exact)
     return run_passes(work, factor, tol, max_passes, max_moves, progress, MOVES_PER_COEFFICIENT * Phi.shape[1])
-
-
-def run_passes(work, factor, tol, max_passes, max_moves, progress, per_pass):
-    """The passes of :func:`schedule` on a schedule's state ``work`` (the coefficients' one,
-    :class:`_Schedule`, or the groups' of :mod:`ppl_sbl.fast_ard.groups`: ``held``, ``settle``,
-    ``best_move(floor)``, ``polish(budget)``, ``add``, ``reestimate``, ``moments()``,
-    ``set_factor()``, ``elbo()``, ``result(...)``): in each, the best move above tol |ELBO| at a
-    time and, where none is left, the re-estimates below that floor, until neither moves or the pass
-    has made ``per_pass`` moves; then the likelihood factor's update; the stopping rule of
-    :func:`schedule`. Returns ``work.result(trace, events, moves, passes, converged)``."""
-    max_moves = np.inf if max_moves is None else int(max_moves)
-    work.settle = math.sqrt(tol)
-    extrapolate = Extrapolation(work, factor) if getattr(factor, "extrapolates", False) else None
-    value = work.elbo()
-    trace, events = [value], []
-    moves, passes, converged = 0, 0, False
-    while passes < int(max_passes):
-        passes += 1
-        start, first = value, moves
-        work.held[:] = False
-        while moves < max_moves and moves - first < per_pass:
-            move = work.best_move(tol * max(1.0, abs(value)))
-            if move is None:
-                gains = work.polish(min(max_moves - moves, per_pass - (moves - first)))
-                if not gains:
-                    break
-                moves += len(gains)
-                for gain in gains:
-                    value += gain
-                    trace.append(value)
-                    events.append(REESTIMATE)
-                continue
-            kind, k, target, gain = move
-            if not (work.add if kind == ADD else work.reestimate)(k, target):
-                work.held[k] = True
-                continue
-            moves += 1
-            value += gain
-            trace.append(value)
-            events.append(kind)
-        before = factor.weights()
-        factor.update(work.moments())
-        work.set_factor()
-        value = work.elbo()
-        trace.append(value)
-        events.append(UPDATE)
-        if extrapolate is not None:
-            gain = extrapolate()
-            if gain:
-                value += gain
-                trace.append(value)
-                events.append(UPDATE)
-        if progress is not None:
-            progress(passes, moves, value, work.K)
-        if moves >= max_moves:
-            break
-        if (moves == first and abs(value - start) <= tol * abs(value)
-                and weights_change(before, factor.weights()) <= math.sqrt(tol)):
-            release = getattr(factor, "release", None)
-            if release is not None and release():
-                continue
-            converged = True
-            break
-    return work.result(trace, events, moves, passes, converged)
-
-
-class Extrapolation:
-    """Where the likelihood factor's parameters v (the JJ bound's xi, the robust weights' rates)
-    converge linearly from pass to pass (v_p - v* ~ r^p: the coupling of the factor and the
-    precisions, which the passes alternate), the tail of that sequence at once: after four
-    passes that ended with the same active set, with steps d_i = v_i - v_{i-1} all aligned and
-    ratios r = |d_p| / |d_{p-1}| that agree over the last two steps (to ``RATE_AGREEMENT``, r <
-    ``MAX_RATE``: a geometric tail), the step v_p + d_p r / (1 - r) (Aitken's, on the whole vector),
-    kept only where the ELBO after it (q(w) and the frozen precisions at their optimum for the new
-    factor) is higher than before, else the factor is put back. Either way the passes go on from
-    there, so the ELBO never falls and the fit ends at a fixed point of the passes; the path to it
-    differs from the plain alternation's, and where the greedy passes have several fixed points
-    within reach it can end at another one."""
-
-    MAX_RATE = 0.98
-    RATE_AGREEMENT = 0.05  # the last two ratios agree to this share: the tail is geometric
-
-    def __init__(self, work, factor):
-        self.work, self.factor = work, factor
-        self.history = []
-
-    def __call__(self):
-        """After a pass's factor update. Returns the ELBO gain of an extrapolation kept, else 0."""
-        work, factor = self.work, self.factor
-        current = factor.parameters()
-        key = (tuple(np.sort(np.asarray(work.active)).tolist()), current.shape[0])
-        if self.history and self.history[-1][0] != key:
-            self.history = []
-        self.history.append((key, current, work.elbo()))
-        if len(self.history) < 4:
-            return 0.0
-        points = [v for _, v, _ in self.history[-4:]]
-        value = self.history[-1][2]
-        steps = [b - a for a, b in zip(points, points[1:])]
-        norms = [float(np.linalg.norm(step)) for step in steps]
-        self.history = self.history[-3:]
-        if not (min(norms) > 0 and all(float(a @ b) > 0 for a, b in zip(steps, steps[1:]))):
-            return 0.0
-        rates = norms[1] / norms[0], norms[2] / norms[1]
-        rate = rates[1]
-        if not (rate < self.MAX_RATE and abs(rates[1] - rates[0]) <= self.RATE_AGREEMENT * rate):
-            return 0.0
-        self.history = self.history[-1:]
-        new, d = points[-1], steps[-1]
-        x_before = work.x.copy()
-        factor.set_parameters(new + d * (rate / (1.0 - rate)))
-        work.set_factor()
-        gain = work.elbo() - value
-        if gain > 0:
-            self.history = []
-            return gain
-        factor.set_parameters(new)
-        work.x[:] = x_before
-        work.set_factor()
-        return 0.0
-
-
-def _set_factors(works, factor):
-    """set_factor of every output; with a uniform factor the projections Phi^T (r_c / W_c) of all
-    outputs come from one product with the design (the outputs' caches are filled with them)."""
-    if factor.uniform and works:
-        targets = []
-        for c, work in enumerate(works):
-            W, r = factor.weights(c)
-            targets.append(r / float(W[0]))
-        targets = np.stack(targets, axis=1)
-        projected = works[0].Phi.T @ targets
-        for c, work in enumerate(works):
-            work._target = (targets[:, c], projected[:, c])
-    for work in works:
-        work.set_factor()
-
-
-def _schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact):
-    """:func:`schedule` for C outputs: C coefficient vectors w_c on the design ``Phi``, each with its
-    ARD prior, its restricted family (active set, frozen coefficients) and its own buffers, and a
-    likelihood factor that, held fixed, is quadratic in each w_c separately:
-
-        E ln p = sum_c ( -1/2 w_c^T Phi^T diag(W_c) Phi w_c + r_c^T Phi w_c ) + const.
-
-    The factor has ``num_outputs`` = C, ``uniform``, ``weights(c)`` -> (W_c, r_c),
-    ``update(moments)`` and ``elbo_terms(moments)`` with ``moments`` the list of the outputs'
-    :class:`Moments`. Given the factor the ELBO is a sum over the outputs, so each output's moves
-    (in turn, each to exhaustion) change it by exactly their gains; between passes the factor
-    updates itself given every output's q(w_c), and each output's q(w_c), statistics and frozen
-    q(alpha) are recomputed for its new (W_c, r_c). Every step is a coordinate ascent step of the
-    restricted-family ELBO. ``max_moves`` counts the moves of all outputs (default: no limit but
-    ``max_passes``; in a pass each output makes at most ``MOVES_PER_COEFFICIENT`` M moves).
-
-    Two optional accelerations of the factor's update, for a factor whose own latent variables v
-    make the alternation of q(v) and q(w) slow (the multinomial probit's auxiliary y: an EM-like
-    iteration, thousands of passes on separable data):
-
-    * Parameter expansion. A factor whose model is invariant under (w, v) -> (c w, c v) but for a
-      unit-variance Gaussian noise term may have ``expansion(moments, alpha_sum, num_coefficients,
-      a0, b0)`` -> z: the z = c^2 > 0 at which the transformed q (w -> c w and alpha -> alpha / z
-      for every coefficient of every output, v -> c v) has the largest ELBO, an exact gain over q
-      in closed form. The schedule then divides every E[alpha] by z and calls ``update(moments,
-      scale=c, curvature=...)``, the factor's coordinate update given the transformed q(w) (whose
-      means are c times the moments'); q(w)'s updates follow, and each step only adds to the gain
-      (PX-VB, Qi & Jaakkola 2006; PX-EM, Liu, Rubin & Wu 1998).
-    * Newton steps. With E[alpha] and the active sets held, and the factor's q(v) at its optimum
-      given q(w), the ELBO is a function of the means mu_c alone, L(mu) = F(m) - 1/2 sum_c
-      mu_c^T diag(E[alpha_c]) mu_c + const (m_c = Phi mu_c; q(w)'s covariances are optimal
-      whatever the means); the plain update is one EM step on it. A factor with ``curvature()``
-      -> (dF/dm (N, C), d2F/dm_n^2 (N, C, C)) at the point of its last update (made with
-      ``curvature=True``), ``relocate(m)`` (its update for means m), ``snapshot()`` and
-      ``restore(state)`` gets, on every pass that added no coefficient, a Newton step on L from
-      the plain update's point: the factor relocated to the step's end, q(w) updated, the result
-      kept only if its ELBO is at least the plain update's (event NEWTON in the trace), else the
-      plain update restored. While coefficients are being added the plain path is kept: Newton
-      steps from a small model jump to its optimum and can leave later coefficients unsupported,
-      ending in a lower local optimum.
-    """
-    C = int(factor.num_outputs)
-    if C < 1:
-        raise ValueError(f"`factor.num_outputs` must be >= 1; got {factor.num_outputs!r}.")
-    M = Phi.shape[1]
-    max_moves = np.inf if max_moves is None else int(max_moves)
-    expansion = getattr(factor, "expansion", None)
-    second_order = getattr(factor, "curvature", None) is not None
-    works = [_Schedule(Phi, OutputFactor(factor, c), a0, b0, exact) for c in range(C)]
-
-    def total():
-        return factor.elbo_terms([w.moments() for w in works]) + sum(w.prior_terms() for w in works)
-
-    value = total()
-    trace, events, outputs = [value], [], []
-    moves, passes, converged = 0, 0, False
-    own_moves = [0] * C
-    per_pass = MOVES_PER_COEFFICIENT * M
-    while passes < int(max_passes):
-        passes += 1
-        start = value
-        added = False
-        for c, work in enumerate(works):
-            work.held[:] = False
-            first = moves
-            while moves < max_moves and moves - first < per_pass:
-                move = work.best_move(tol * max(1.0, abs(value)))
-                if move is None:
-                    break
-                kind, k, target, gain = move
-                if not (work.add if kind == ADD else work.reestimate)(k, target):
-                    work.held[k] = True
-                    continue
-                added |= kind == ADD
-                moves += 1
-                own_moves[c] += 1
-                value += gain
-                trace.append(value)
-                events.append(kind)
-                outputs.append(c)
-        moments = [w.moments() for w in works]
-        newton = second_order and not added and any(w.K for w in works)
-        scale = 1.0
-        if expansion is not None:
-            z = expansion(moments, sum(float(np.sum(w.x)) for w in works), M * C, a0, b0)
-            for work in works:
-                work.x /= z
-            scale = math.sqrt(z)
-            factor.update(moments, scale=scale, curvature=newton)
-        elif second_order:
-            factor.update(moments, curvature=newton)
-        else:
-            factor.update(moments)
-        proposal = newton_locations(works, *factor.curvature(), scale) if newton else None
-        _set_factors(works, factor)
-        value = total()
-        trace.append(value)
-        events.append(UPDATE)
-        outputs.append(-1)
-        if proposal is not None:
-            plain = factor.snapshot()
-            factor.relocate(proposal)
-            _set_factors(works, factor)
-            stepped = total()
-            if stepped >= value:
-                value = stepped
-                trace.append(value)
-                events.append(NEWTON)
-                outputs.append(-1)
-            else:
-                factor.restore(plain)
-                _set_factors(works, factor)
-        if progress is not None:
-            progress(passes, moves, value, sum(w.K for w in works))
-        if abs(value - start) <= tol * abs(value):
-            converged = True
-            break
-    fits = tuple(w.result(trace, events, own_moves[c], passes, converged) for c, w in enumerate(works))
-    return MultiFastFit(fits=fits, elbo_trace=np.asarray(trace), trace_events=np.asarray(events, dtype=int),
-                        trace_outputs=np.asarray(outputs, dtype=int), num_moves=moves, num_passes=passes,
-                        converged=converged)
-
