@@ -741,8 +741,8 @@ def _fit_counting_extrapolations(monkeypatch, Phi, factor, max_rate):
     kept = []
     call = Extrapolation.__call__
 
-    def counted(self):
-        gain = call(self)
+    def counted(self, value):
+        gain = call(self, value)
         if gain:
             kept.append(gain)
         return gain

@@ -64,7 +64,7 @@ def run_passes(work, factor, tol, max_passes, max_moves, progress, per_pass):
         trace.append(value)
         events.append(UPDATE)
         if extrapolate is not None:
-            gain = extrapolate()
+            gain = extrapolate(value)
             if gain:
                 value += gain
                 trace.append(value)
@@ -103,14 +103,15 @@ class Extrapolation:
         self.work, self.factor = work, factor
         self.history = []
 
-    def __call__(self):
-        """After a pass's factor update. Returns the ELBO gain of an extrapolation kept, else 0."""
+    def __call__(self, value):
+        """After a pass's factor update, at ELBO ``value``. Returns the ELBO gain of an extrapolation
+        kept, else 0."""
         work, factor = self.work, self.factor
         current = factor.parameters()
         key = (tuple(np.sort(np.asarray(work.active)).tolist()), current.shape[0])
         if self.history and self.history[-1][0] != key:
             self.history = []
-        self.history.append((key, current, work.elbo()))
+        self.history.append((key, current, value))
         if len(self.history) < 4:
             return 0.0
         points = [v for _, v, _ in self.history[-4:]]
@@ -126,7 +127,6 @@ class Extrapolation:
             return 0.0
         self.history = self.history[-1:]
         new, d = points[-1], steps[-1]
-        x_before = work.x.copy()
         factor.set_parameters(new + d * (rate / (1.0 - rate)))
         work.set_factor()
         gain = work.elbo() - value
@@ -134,6 +134,5 @@ class Extrapolation:
             self.history = []
             return gain
         factor.set_parameters(new)
-        work.x[:] = x_before
-        work.set_factor()
+        work.set_factor()  # the active precisions did not move: the state is the one before
         return 0.0
