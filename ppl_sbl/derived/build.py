@@ -15,6 +15,7 @@ from ..bounds import expected_sigmoid
 from ..fast_ard import NotApplicable
 from ..guide import ClosedFormGuide
 from .fast import ard_layout, fit_fast, gamma_offsets
+from .jacobian import jacobian
 from .objective import expected_log_joint, expected_log_terms, linear_moments, prior_log_normalisers
 from .structure import (QUICK, DerivedData, DerivedState, Structure, analyse, base_function, flat, monosum, stack_sites,
                         trace_model, unstack_sites, with_array_inputs)
@@ -141,8 +142,7 @@ def _build(model, st: Structure, last: dict, mark=None) -> ClosedFormGuide:
         prior_log = log_mean  # every element at its prior mean
 
         def counts(index):  # how many rows of an index list (rows, k) hold each Gamma element
-            index = jnp.asarray(index).reshape(index.shape[0], -1)
-            return jnp.sum(jax.nn.one_hot(index, total + 1, dtype=jnp.float64), axis=(0, 1))[:total]
+            return jnp.zeros(total + 1).at[jnp.asarray(index).reshape(-1)].add(1.0)[:total]
 
         for name, t in data.terms.items():  # (1) shared precisions of observed Normal sites
             if name not in data.observed or t.A.shape[1] == 0:
@@ -318,7 +318,7 @@ def _build(model, st: Structure, last: dict, mark=None) -> ClosedFormGuide:
                 scale = flat(fn.scale, size) if isinstance(fn, dist.Normal) else None
                 return flat(fn.loc if isinstance(fn, dist.Normal) else fn.logits, size), scale
             zvec = stack_sites(q.mean, gauss)
-            (mean, scale), J = linear(zvec), jax.jacfwd(lambda zv: linear(zv)[0])(zvec)
+            (mean, scale), J = linear(zvec), jacobian(lambda zv: linear(zv)[0], zvec)[1]
             blocks = np.cumsum([sizes[f] for f in gauss])[:-1]
             var = sum(jnp.sum((b @ covariance(q, f)) * b, 1) for f, b in zip(gauss, jnp.split(J, blocks, axis=1)))
             if scale is not None:

@@ -16,6 +16,7 @@ from numpyro import handlers
 from .. import engine
 from ..gaussian import design_low_rank_factor
 from ..guide import ONCE
+from .jacobian import Picks, canonical, jacobian, matvec, to_dense
 
 SVI_HINT = ("fit this model with SVI instead (numpyro.infer.SVI with an AutoNormal guide and "
              "numpyro.infer.Trace_ELBO), or rewrite the site in the derived-CAVI vocabulary (Gaussian vectors, "
@@ -193,10 +194,10 @@ class _Read(NamedTuple):
 
 def _affine_check(name, what, f0, f1, J, x0, x1, tol=1e-8):
     """f affine in x: its Jacobian J at x0 predicts f(x1) = f1 from f(x0) = f0; returns (f(0), J)."""
-    pred = f0 + J @ (x1 - x0)
-    if not np.allclose(pred, f1, rtol=tol, atol=tol * (1 + float(np.max(np.abs(f1))))):
+    pred = f0 + matvec(J, x1 - x0)
+    if not np.allclose(pred, f1, rtol=tol, atol=tol * (1 + float(np.max(np.abs(f1), initial=0.0)))):
         raise NotConjugateError(f"site '{name}': its {what}; {SVI_HINT}.")
-    return f0 - J @ x0, J
+    return f0 - matvec(J, x0), J
 
 
 def _monomial(name, what, f: _Read, u0, u1):
@@ -206,17 +207,25 @@ def _monomial(name, what, f: _Read, u0, u1):
     if not np.allclose(f.base, f.z1):
         raise NotConjugateError(f"site '{name}': its {what} depends on a Gaussian latent variable; {SVI_HINT}.")
     # np.isclose(A, 0) and np.isclose(A, 1) (its default tolerances), without its temporaries
-    ones = np.abs(A - 1.0) <= 1e-8 + 1e-5
-    if not np.all(ones | (np.abs(A) <= 1e-8)):
+    coef = canonical(A).coef if isinstance(A, Picks) else A
+    ones = np.abs(coef - 1.0) <= 1e-8 + 1e-5
+    if not np.all(ones | (np.abs(coef) <= 1e-8)):
         raise NotConjugateError(
             f"site '{name}': its {what} raises a Gamma variable to a power other than 1 (derived CAVI needs each "
             f"Gamma element at most once, to the first power); {SVI_HINT}.")
-    return c, _index_lists(ones)
+    return c, _index_lists(ones, A, len(u0))
 
 
-def _index_lists(ones):
+def _index_lists(ones, J=None, total=None):
     """Row i of a 0/1 matrix (boolean ``ones``, n x U) as the list of its ones' columns in order,
-    padded to the longest row with U (the index one past the last element, a factor 1)."""
+    padded to the longest row with U (the index one past the last element, a factor 1). For a
+    :class:`Picks` matrix J, ``ones`` marks the terms of ``canonical(J)`` that are ones, and U is
+    ``total``."""
+    if isinstance(J, Picks):
+        idx = np.where(ones, canonical(J).idx, total)  # each row's columns sorted, the others after them
+        idx = np.sort(idx, axis=1)
+        k = int(ones.sum(1).max(initial=0))
+        return idx[:, :k].astype(np.int32)
     rows, cols = np.nonzero(ones)  # row by row, each row's columns in order
     counts = np.bincount(rows, minlength=ones.shape[0])
     k = int(counts.max()) if rows.size else 0
@@ -237,14 +246,44 @@ def _sum_of_gammas(log_f: _Read, u0, u1):
     g0 = exp(u0) is exp(log_f) dlog_f/du / g0 (chain rule)."""
     g0, g1 = np.exp(u0), np.exp(u1)
     f0, f1 = np.exp(log_f.base), np.exp(log_f.u1)
-    J = f0[:, None] * log_f.jac / g0[None, :]
-    if not (np.all(np.isclose(J, 0.0) | np.isclose(J, 1.0)) and np.allclose(f1, J @ g1) and np.allclose(f0, J @ g0)):
+    if isinstance(log_f.jac, Picks):
+        p = canonical(log_f.jac)
+        J = Picks(p.idx, f0[:, None] * p.coef / np.append(g0, 1.0)[p.idx])
+        coef = J.coef
+    else:
+        J = coef = f0[:, None] * log_f.jac / g0[None, :]
+    if not (np.all(np.isclose(coef, 0.0) | np.isclose(coef, 1.0)) and np.allclose(f1, matvec(J, g1))
+            and np.allclose(f0, matvec(J, g0))):
         return None
-    ones = np.isclose(J, 1.0)
+    ones = np.isclose(coef, 1.0)
     counts = ones.sum(1)
     if counts.min() < 2 or counts.max() != counts.min():
         return None
-    return _index_lists(ones)
+    return _index_lists(ones, J, len(u0))
+
+
+def _blocks(J, gauss, sizes):
+    """The Jacobian J of a site's mean or logits split by Gaussian site: {site: block}, a diagonal
+    block (a Gaussian site's own prior) kept as its diagonal, a zero block left out."""
+    ends = np.cumsum([sizes[g] for g in gauss])
+    if not isinstance(J, Picks):
+        B = dict(zip(gauss, np.split(J, ends[:-1], axis=1)))
+        return {g: np.diag(b).copy() if is_diagonal(b) else b for g, b in B.items() if np.any(b != 0)}
+    p = canonical(J)
+    rows = p.idx.shape[0]
+    B = {}
+    for g, end in zip(gauss, ends):
+        start = end - sizes[g]
+        inside = (p.idx >= start) & (p.idx < end)
+        if not inside.any():
+            continue
+        if rows == sizes[g] and inside.sum(1).max() == 1:
+            col = np.where(inside, p.idx, -1).max(1)
+            if np.array_equal(col, start + np.arange(rows)):
+                B[g] = np.where(inside, p.coef, 0.0).sum(1)
+                continue
+        B[g] = to_dense(Picks(np.where(inside, p.idx - start, 0), np.where(inside, p.coef, 0.0)), sizes[g])
+    return B
 
 
 def monosum(idx, u):
@@ -415,11 +454,13 @@ def _analyse(model, args, kwargs, compile, abstract):
         return out
 
     def program(zv0, zv1, u0, u1, a, kw):
-        points = [read(zv, u, a, kw) for zv, u in ((zv0, u0), (zv1, u0), (zv0, u1))]
-        for p in points[1:]:
-            del p["observed"]
-        d_z = jax.jacfwd(lambda zv: read(zv, u0, a, kw)["linear"])(zv0)
-        d_u = jax.jacfwd(lambda u: {k: read(zv0, u, a, kw)[k] for k in ("scale", "precision")})(u0)
+        # the three points in one batch: what depends on the data only is computed once
+        points = jax.vmap(lambda zv, u: read(zv, u, a, kw))(jnp.stack([zv0, zv1, zv0]), jnp.stack([u0, u0, u1]))
+        observed = read(zv0, u0, a, kw)["observed"]
+        points = [{**jax.tree.map(lambda x: x[i], {k: v for k, v in points.items() if k != "observed"}),
+                   **({"observed": observed} if i == 0 else {})} for i in range(3)]
+        d_z = jacobian(lambda zv: read(zv, u0, a, kw)["linear"], zv0, structured=True)[1]
+        d_u = jacobian(lambda u: {k: read(zv0, u, a, kw)[k] for k in ("scale", "precision")}, u0, structured=True)[1]
         return points, d_z, d_u
 
     points, d_z, d_u = jax.tree.map(np.asarray, compile(program)(zv0, zv1, u0, u1))
@@ -451,9 +492,7 @@ def _analyse(model, args, kwargs, compile, abstract):
                              linear.jac, zv0, zv1)
         if not np.allclose(linear.base, linear.u1):
             raise NotConjugateError(f"site '{name}': its {what} depends on a Gamma variable; {SVI_HINT}.")
-        B = dict(zip(gauss, np.split(J, np.cumsum([sizes[g] for g in gauss])[:-1], axis=1)))
-        # a diagonal block (a Gaussian site's own prior) is kept as its diagonal: no dense products
-        B = {g: np.diag(b).copy() if is_diagonal(b) else b for g, b in B.items() if np.any(b != 0)}
+        B = _blocks(J, gauss, sizes)
         if name in bern_sites:
             t = np.asarray(base["observed"][name], dtype=np.float64).reshape(-1)
             if not np.all((t == 0) | (t == 1)):
