@@ -2,6 +2,8 @@
 (adaptive quadrature and closed forms for the one-dimensional integrals, Monte Carlo for the cone
 moments and the sampler, NumPyro's Trace_ELBO for the analytic ELBO, NUTS for the predictive
 probabilities, independent single-output fits for the schedule with several outputs)."""
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,7 +15,6 @@ from scipy import integrate, special, stats
 import ppl_sbl
 from ppl_sbl import fast_ard
 from ppl_sbl import probit as P
-from ppl_sbl.diagnostics import monte_carlo_elbo
 from ppl_sbl.models import rvm
 
 
@@ -191,8 +192,11 @@ def test_predictive_probabilities_sum_to_one_and_equal_quadrature():
 @pytest.fixture(scope="module")
 def small_fits():
     Phi, t = clusters(0)
-    sweep = _cavi().run(Phi, t)
-    fast = _cavi(schedule="fast").run(Phi, t)
+    # num_classes given: the results' Monte Carlo ELBO then runs in one program whose inputs are the
+    # state and the data (with C read from the labels it cannot trace them, and compiles the values
+    # of each call into a program of its own)
+    sweep = _cavi().run(Phi, t, num_classes=3)
+    fast = _cavi(schedule="fast").run(Phi, t, num_classes=3)
     return dict(Phi=Phi, t=t, sweep=sweep, fast=fast)
 
 
@@ -211,7 +215,11 @@ def test_elbo_equals_monte_carlo_at_a_non_optimal_state(small_fits):
     r = np.random.default_rng(4)
     state = state._replace(y_loc=state.y_loc + 0.7 * r.standard_normal(state.y_loc.shape),
                            alpha_rate=state.alpha_rate * np.exp(0.5 * r.standard_normal(state.alpha_rate.shape)))
-    values = monte_carlo_elbo(rvm.multiclass, g.guide(state), Phi, t, num_particles=2000, seed=1)
+    # Trace_ELBO of the model and g.guide(state) (the values of diagnostics.monte_carlo_elbo) in the
+    # fitted result's program, whose inputs are the state and the data
+    at_state = dataclasses.replace(small_fits["sweep"], state=state)
+    assert at_state.model is rvm.multiclass and at_state.guide_spec is g
+    values = np.asarray(at_state.monte_carlo_elbo(num_particles=2000, seed=1))
     se = values.std(ddof=1) / np.sqrt(len(values))
     elbo = float(jax.jit(g.elbo)(state, data))
     assert abs(elbo - values.mean()) <= 4 * se, (elbo, values.mean(), se)
@@ -378,7 +386,7 @@ def test_relabelling_the_classes_permutes_the_fit(small_fits):
     of W and of the predictive probabilities permuted. With C = 2 (and 1 - t) likewise."""
     Phi, t, res = small_fits["Phi"], small_fits["t"], small_fits["sweep"]
     perm = np.array([2, 0, 1])
-    other = _cavi().run(Phi, perm[t])
+    other = _cavi().run(Phi, perm[t], num_classes=3)
     assert other.elbo == pytest.approx(res.elbo, rel=1e-9)
     grid = inputs(7)
     np.testing.assert_allclose(other.predict(grid)[:, perm], res.predict(grid), atol=1e-7)
