@@ -163,10 +163,18 @@ def _build(model, st: Structure, last: dict, mark=None) -> ClosedFormGuide:
                                  {k: v for k, v in data.sums.items() if k != f}, {})
             g_now = jnp.exp(log_mean)
             means, second, _, _ = moments(state, data)
+            # where every other term reads f's moments row by row (no Gram matrix), the diagonal
+            # of E[ff^T] carries them exactly at the start's diagonal covariance, and the gradient
+            # in it is the diagonal h wanted, without the M x M gradient (an O(N M^2) product)
+            diagonal = f not in lowrank and all(f not in t.G and f not in t.F for t in others.terms.values())
+            if diagonal:
+                second = {**second, f: (jnp.diag(second[f]), jnp.zeros(()))}
             _, d_second = grad_gauss(others, means, second, g_now, log_mean, (state.xi, state.log_eta))
             if f in lowrank:
                 F = data.terms[factor_term[f]].F[f]
                 h = -2.0 * d_second[f][0] - 2.0 * d_second[f][1] * jnp.sum(F ** 2, 1)
+            elif diagonal:
+                h = -2.0 * d_second[f][0]
             else:
                 h = -2.0 * jnp.diag(d_second[f])
             log_target = jnp.log(gaussian.start_prior_precision(h, n_obs))

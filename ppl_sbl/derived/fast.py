@@ -328,9 +328,9 @@ def fit_fast(st, data, start_state, programs_cache, *, tol, max_passes, progress
     alpha_shape[layout.element] = shape
     alpha_rate[layout.element] = shape / np.asarray(fit.x) * np.exp(layout.c)  # E[alpha] = E[tau_k] e^{-c_k}
     state = DerivedState(mean={f: q.mean}, cov={f: q},
-                         shape=unstack_sites(jnp.asarray(alpha_shape), st.gamma, sizes),
-                         rate=unstack_sites(jnp.asarray(alpha_rate), st.gamma, sizes),
-                         xi={n: jnp.asarray(v) for n, v in factor.xi.items()},
-                         logdet={f: jnp.asarray(log_det)}, log_eta={})
+                         **jax.device_put(dict(shape=unstack_sites(alpha_shape, st.gamma, sizes),
+                                               rate=unstack_sites(alpha_rate, st.gamma, sizes),
+                                               xi={n: np.asarray(v) for n, v in factor.xi.items()},
+                                               logdet={f: np.float64(log_det)})), log_eta={})
     return state, fit
 

@@ -15,8 +15,9 @@ def linear_moments(t, means, second):
     mean = t.a + sum(apply_matrix(t.B[f], means[f]) for f in t.B)
     var = 0.0
     for f, b in t.B.items():
-        if isinstance(second[f], tuple):  # factored factor: (diag E[zz^T], tr(G E[zz^T]))
-            var = var + b ** 2 * (second[f][0] - means[f] ** 2)
+        if isinstance(second[f], tuple):  # (diag E[zz^T], ...): exact where b or the covariance is diagonal
+            spread = second[f][0] - means[f] ** 2  # the diagonal of Cov[z_f]
+            var = var + (b ** 2 * spread if b.ndim == 1 else (b ** 2) @ spread)
             continue
         cov = second[f] - jnp.outer(means[f], means[f])
         var = var + (b ** 2 * jnp.diag(cov) if b.ndim == 1 else jnp.sum((b @ cov) * b, 1))
