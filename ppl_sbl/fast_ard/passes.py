@@ -91,13 +91,16 @@ class Extrapolation:
     ratios r = |d_p| / |d_{p-1}| that agree over the last two steps (to ``RATE_AGREEMENT``, r <
     ``MAX_RATE``: a geometric tail), the step v_p + d_p r / (1 - r) (Aitken's, on the whole vector),
     kept only where the ELBO after it (q(w) and the frozen precisions at their optimum for the new
-    factor) is higher than before, else the factor is put back. Either way the passes go on from
+    factor) is higher than before; where it is not (the rate still drifts, and the full step
+    overshoots), the step shortened by ``SHORTEN`` at a time, down to d_p itself; where none gains,
+    the factor is put back. Either way the passes go on from
     there, so the ELBO never falls and the fit ends at a fixed point of the passes; the path to it
     differs from the plain alternation's, and where the greedy passes have several fixed points
     within reach it can end at another one."""
 
     MAX_RATE = 0.98
     RATE_AGREEMENT = 0.05  # the last two ratios agree to this share: the tail is geometric
+    SHORTEN = 0.5  # a step that lowers the ELBO is tried again this much shorter, down to one step d
 
     def __init__(self, work, factor):
         self.work, self.factor = work, factor
@@ -127,12 +130,15 @@ class Extrapolation:
             return 0.0
         self.history = self.history[-1:]
         new, d = points[-1], steps[-1]
-        factor.set_parameters(new + d * (rate / (1.0 - rate)))
-        work.set_factor()
-        gain = work.elbo() - value
-        if gain > 0:
-            self.history = []
-            return gain
+        length = rate / (1.0 - rate)
+        while length >= 1.0:
+            factor.set_parameters(new + d * length)
+            work.set_factor()
+            gain = work.elbo() - value
+            if gain > 0:
+                self.history = []
+                return gain
+            length *= self.SHORTEN
         factor.set_parameters(new)
         work.set_factor()  # the active precisions did not move: the state is the one before
         return 0.0
