@@ -27,7 +27,9 @@ joint written over a registry of expected log densities:
 
 The structure (which site depends on which, and how) is read from NumPyro's trace of the model:
 the mean's Jacobian with respect to the Gaussian latents (checked constant: affine), the log
-precision's Jacobian with respect to the log Gamma latents (checked constant, entries 0 or 1).
+precision's Jacobian with respect to the log Gamma latents (checked constant, entries 0 or 1);
+both by forward mode over the model's jaxpr with structured tangents
+(:mod:`ppl_sbl.derived.jacobian`: a design is read in O(N M), not multiplied by the identity).
 A model outside the vocabulary raises :class:`NotConjugateError` naming the site.
 
 One sweep updates the Gaussian factors (in the order the model declares them), then the Gamma
