@@ -267,11 +267,11 @@ def row_programs(layout, slices, blocks):
         return _row_terms(data, layout, slices, m, e, g_mean, g_log, xi) + _other_priors(data, layout, g_mean, g_log)
 
     def rows(data, m, e, g_mean, g_log, xi, g_shape, g_rate):
-        value, (d_mean, d_log) = jax.value_and_grad(objective, argnums=(3, 4))(data, m, e, g_mean, g_log, xi)
+        # one reverse pass: the other Gamma sites' terms do not depend on m and e
+        value, (d_m, d_e, d_mean, d_log) = jax.value_and_grad(objective, argnums=(1, 2, 3, 4))(
+            data, m, e, g_mean, g_log, xi)
         for start, stop in blocks:
             value = value + jnp.sum(expfam.gamma_entropy(g_shape[start:stop], g_rate[start:stop]))
-        d_m, d_e = jax.grad(lambda m, e: _row_terms(data, layout, slices, m, e, g_mean, g_log, xi),
-                            argnums=(0, 1))(m, e)
         out = {}
         for name in layout.bernoulli:
             _, second = _offset_moments(data.jj[name], m[slices[name]], e[slices[name]])
