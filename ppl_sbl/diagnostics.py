@@ -8,11 +8,15 @@ guide no longer matches fails this check.
 """
 from __future__ import annotations
 
+import functools
+from collections import OrderedDict
 from typing import NamedTuple, Optional
 
 import jax
 import numpy as np
 from numpyro.infer import Trace_ELBO
+
+from . import engine
 
 __all__ = ["GuideCheck", "check_guide", "monte_carlo_elbo", "monte_carlo_sites"]
 
@@ -39,14 +43,12 @@ class GuideCheck(NamedTuple):
 
 
 def monte_carlo_elbo(model, guide, *args, num_particles=4000, seed=0, **kwargs):
-    """Per-particle ``Trace_ELBO`` values (one particle each) of ``model``/``guide``: (num_particles,)."""
-    elbo = Trace_ELBO(num_particles=1)
+    """Per-particle ``Trace_ELBO`` values (one particle each) of ``model``/``guide``: (num_particles,).
 
-    def one(key):
-        return -elbo.loss(key, {}, model, guide, *args, **kwargs)
-
+    Computed in one program (:func:`per_particle`) whose inputs are the keys, the array leaves of
+    (args, kwargs) and, for a ``functools.partial`` guide, the array leaves of its bound arguments."""
     keys = jax.random.split(jax.random.PRNGKey(seed), int(num_particles))
-    return np.asarray(jax.jit(jax.vmap(one))(keys))
+    return np.asarray(per_particle(_elbo_particle, model, guide, args, kwargs, keys))
 
 
 def monte_carlo_sites(model, guide, *args, num_particles=2000, seed=0, **kwargs):
@@ -56,27 +58,86 @@ def monte_carlo_sites(model, guide, *args, num_particles=2000, seed=0, **kwargs)
     ln p(x | z), for a latent site its scaled ln p(z_site | parents) - ln q(z_site). The sites'
     values sum to NumPyro's ``Trace_ELBO`` particle; their means estimate the ELBO's parts
     (:meth:`ppl_sbl.result.FitResult.elbo_parts`: ``log_lik`` the observed sites, ``-kl_<site>``
-    plus ``log_norm_<site>`` a latent site).
+    plus ``log_norm_<site>`` a latent site). Computed as :func:`monte_carlo_elbo` is.
     """
+    keys = jax.random.split(jax.random.PRNGKey(seed), int(num_particles))
+    return {k: np.asarray(v) for k, v in per_particle(_site_terms, model, guide, args, kwargs, keys).items()}
+
+
+def _elbo_particle(key, model, guide, args, kwargs):
+    return -Trace_ELBO(num_particles=1).loss(key, {}, model, guide, *args, **kwargs)
+
+
+def _site_terms(key, model, guide, args, kwargs):
     from numpyro import handlers
 
-    def one(key):
-        k_guide, k_model = jax.random.split(key)
-        guide_trace = handlers.trace(handlers.seed(guide, k_guide)).get_trace(*args, **kwargs)
-        model_trace = handlers.trace(handlers.replay(handlers.seed(model, k_model), guide_trace)).get_trace(
-            *args, **kwargs)
-        terms = {}
-        for name, site in model_trace.items():
-            if site["type"] != "sample":
-                continue
-            value = _scaled_log_prob(site)
-            if not site["is_observed"]:
-                value = value - _scaled_log_prob(guide_trace[name])
-            terms[name] = value
-        return terms
+    k_guide, k_model = jax.random.split(key)
+    guide_trace = handlers.trace(handlers.seed(guide, k_guide)).get_trace(*args, **kwargs)
+    model_trace = handlers.trace(handlers.replay(handlers.seed(model, k_model), guide_trace)).get_trace(
+        *args, **kwargs)
+    terms = {}
+    for name, site in model_trace.items():
+        if site["type"] != "sample":
+            continue
+        value = _scaled_log_prob(site)
+        if not site["is_observed"]:
+            value = value - _scaled_log_prob(guide_trace[name])
+        terms[name] = value
+    return terms
 
-    keys = jax.random.split(jax.random.PRNGKey(seed), int(num_particles))
-    return {k: np.asarray(v) for k, v in jax.jit(jax.vmap(one))(keys).items()}
+
+_PROGRAMS: OrderedDict = OrderedDict()  # compiled per-particle programs by key, most recently used last
+_KEEP = 16  # how many of them are kept
+
+
+def per_particle(one, model, guide, args, kwargs, keys):
+    """``one(key, model, guide, args, kwargs)`` for every key (vmapped), in one compiled program.
+
+    The program's inputs are ``keys``, the array leaves of (args, kwargs)
+    (:func:`ppl_sbl.engine.array_inputs`) and, where ``guide`` is a ``functools.partial`` (or
+    ``jax.tree_util.Partial``), the array leaves of the arguments it binds; the guide is rebuilt in
+    the program as a ``functools.partial`` of the same function. The program is kept (the last
+    :data:`_KEEP` of them) by ``one``, ``model``, the guide's function, the other (non-array)
+    arguments and the arrays' shapes and dtypes, so a later call with equal keys reuses it: the
+    functions must compute the same for equal keys (no Python state read at trace time that
+    changes between calls). Where the arguments have no hashable key the program is compiled for
+    this call only; where it does not trace with array inputs (a model or guide that needs
+    concrete values) the vmapped ``one`` is compiled with everything as constants.
+    """
+    if isinstance(guide, functools.partial):
+        func, bound = guide.func, (guide.args, dict(guide.keywords))
+    else:
+        func, bound = guide, None
+    arrays, rebuild, static = engine.array_inputs((args, bound), kwargs)
+
+    def closure():
+        return jax.jit(jax.vmap(lambda key: one(key, model, guide, args, kwargs)))(keys)
+
+    def program(keys, arrays):
+        (a, b), kw = rebuild(arrays)
+        g = func if b is None else functools.partial(func, *b[0], **b[1])
+        return jax.vmap(lambda key: one(key, model, g, a, kw))(keys)
+
+    kept = None
+    if static is not None:
+        kept = (one, model, func, static, tuple((np.shape(x), np.dtype(x.dtype).str) for x in [keys, *arrays]))
+        try:
+            hash(kept)
+        except TypeError:  # an unhashable model or guide function: compiled for this call only
+            kept = None
+    compiled = _PROGRAMS.get(kept) if kept is not None else None
+    if compiled is None:
+        compiled = jax.jit(program)
+    try:
+        values = compiled(keys, arrays)
+    except Exception:  # does not trace with array inputs: everything as constants
+        return closure()
+    if kept is not None:
+        _PROGRAMS[kept] = compiled
+        _PROGRAMS.move_to_end(kept)
+        while len(_PROGRAMS) > _KEEP:
+            _PROGRAMS.popitem(last=False)
+    return values
 
 
 def _scaled_log_prob(site):

@@ -207,6 +207,12 @@ about half the time; the arithmetic is the same (no fast-math either way), only 
 slower, which programs made of a few large operations that run once do not notice."""
 
 
+def built_guide(build, state, *args, **kwargs):
+    """The NumPyro guide ``build(state)`` (a :class:`ClosedFormGuide`'s ``guide``) called on the
+    program's arguments: ``functools.partial(built_guide, build, state)`` is the guide of a fit."""
+    return build(state)(*args, **kwargs)
+
+
 def closed_form_guide(guide):
     """Decorator attaching a closed-form guide to a NumPyro model function.
 

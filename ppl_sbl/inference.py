@@ -20,6 +20,7 @@ same loop as a pure ``lax.while_loop`` (no pruning) that can be jitted and vmapp
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from typing import Any, Callable, Optional
@@ -31,7 +32,7 @@ import numpy as np
 from . import engine, fast_ard, gaussian, relevance
 from .derived import derived_guide
 from .engine import MAX_SWEEPS, TOL, fit
-from .guide import ClosedFormGuide, closed_form_guide, resolve_guide
+from .guide import ClosedFormGuide, built_guide, closed_form_guide, resolve_guide
 from .result import ResultMethods, held, ordered_parts
 from .portable import Saveable
 from .validation import warn_unconverged
@@ -561,8 +562,10 @@ class CAVIResult(ResultMethods, Saveable):
 
     @property
     def guide(self) -> Callable:
-        """The NumPyro guide built from the fitted state."""
-        return self.guide_spec.guide(self.state)
+        """The NumPyro guide built from the fitted state: ``functools.partial(built_guide,
+        guide_spec.guide, state)``, so the state's arrays can enter a compiled program as inputs
+        (:func:`ppl_sbl.diagnostics.per_particle`)."""
+        return functools.partial(built_guide, self.guide_spec.guide, self.state)
 
     def predict(self, *new_args):
         """Predictions for new inputs (regression: mean and variance; classification: P(t=1))."""
