@@ -9,7 +9,6 @@ guide no longer matches fails this check.
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 from typing import NamedTuple, Optional
 
 import jax
@@ -86,58 +85,32 @@ def _site_terms(key, model, guide, args, kwargs):
     return terms
 
 
-_PROGRAMS: OrderedDict = OrderedDict()  # compiled per-particle programs by key, most recently used last
-_KEEP = 16  # how many of them are kept
-
-
 def per_particle(one, model, guide, args, kwargs, keys):
     """``one(key, model, guide, args, kwargs)`` for every key (vmapped), in one compiled program.
 
     The program's inputs are ``keys``, the array leaves of (args, kwargs)
     (:func:`ppl_sbl.engine.array_inputs`) and, where ``guide`` is a ``functools.partial`` (or
     ``jax.tree_util.Partial``), the array leaves of the arguments it binds; the guide is rebuilt in
-    the program as a ``functools.partial`` of the same function. The program is kept (the last
-    :data:`_KEEP` of them) by ``one``, ``model``, the guide's function, the other (non-array)
-    arguments and the arrays' shapes and dtypes, so a later call with equal keys reuses it: the
-    functions must compute the same for equal keys (no Python state read at trace time that
-    changes between calls). Where the arguments have no hashable key the program is compiled for
-    this call only; where it does not trace with array inputs (a model or guide that needs
-    concrete values) the vmapped ``one`` is compiled with everything as constants.
+    the program as a ``functools.partial`` of the same function. The program is compiled for this
+    call (a model may read numbers from outside its arguments that change between calls); where it
+    does not trace with array inputs (a model or guide that needs concrete values) the vmapped
+    ``one`` is compiled with everything as constants.
     """
     if isinstance(guide, functools.partial):
         func, bound = guide.func, (guide.args, dict(guide.keywords))
     else:
         func, bound = guide, None
-    arrays, rebuild, static = engine.array_inputs((args, bound), kwargs)
-
-    def closure():
-        return jax.jit(jax.vmap(lambda key: one(key, model, guide, args, kwargs)))(keys)
+    arrays, rebuild, _ = engine.array_inputs((args, bound), kwargs)
 
     def program(keys, arrays):
         (a, b), kw = rebuild(arrays)
         g = func if b is None else functools.partial(func, *b[0], **b[1])
         return jax.vmap(lambda key: one(key, model, g, a, kw))(keys)
 
-    kept = None
-    if static is not None:
-        kept = (one, model, func, static, tuple((np.shape(x), np.dtype(x.dtype).str) for x in [keys, *arrays]))
-        try:
-            hash(kept)
-        except TypeError:  # an unhashable model or guide function: compiled for this call only
-            kept = None
-    compiled = _PROGRAMS.get(kept) if kept is not None else None
-    if compiled is None:
-        compiled = jax.jit(program)
     try:
-        values = compiled(keys, arrays)
+        return jax.jit(program)(keys, arrays)
     except Exception:  # does not trace with array inputs: everything as constants
-        return closure()
-    if kept is not None:
-        _PROGRAMS[kept] = compiled
-        _PROGRAMS.move_to_end(kept)
-        while len(_PROGRAMS) > _KEEP:
-            _PROGRAMS.popitem(last=False)
-    return values
+        return jax.jit(jax.vmap(lambda key: one(key, model, guide, args, kwargs)))(keys)
 
 
 def _scaled_log_prob(site):
