@@ -338,12 +338,16 @@ class _Schedule:
         t = 1.0
         for _ in range(30):
             trial = x.copy()
-            trial[free] = x[free] * np.exp(t * step)
+            with np.errstate(over="ignore"):
+                trial[free] = x[free] * np.exp(t * step)
+            if not np.all(np.isfinite(trial)):  # a step past the floating-point range: shorter
+                t *= 0.5
+                continue
             moved = weight * np.abs(trial[free] - x[free]) / np.maximum(trial[free], x[free])
             if not np.max(moved) >= self.settle:
                 return None
             value = self.joint_value(trial)
-            if value is not None and np.all(np.isfinite(trial)):
+            if value is not None:
                 if float((self.h[a] + trial) @ np.diag(value[1])) > MAX_SPREAD:
                     return None  # the spread limit binds: the one-coefficient moves decide there
                 if value[0] > start[0]:
