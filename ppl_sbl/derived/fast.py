@@ -169,7 +169,12 @@ class RowFactor:
     shipped Gaussian noise."""
 
     def __init__(self, st, data, layout, slices, g_shape, g_rate, programs):
-        self.data, self.layout = data, layout
+        # what the row program reads: the terms without their design blocks (B, Gram matrices,
+        # low-rank factors), so that a call passes no N x M arrays
+        self.data = data._replace(
+            terms={n: t._replace(B={}, G={}, F={}, BTa={}) for n, t in data.terms.items()},
+            jj={n: t._replace(B={}) for n, t in data.jj.items()})
+        self.layout = layout
         self.uniform = _uniform(data, layout)
         self.g_shape, self.g_rate = np.array(g_shape, dtype=float), np.array(g_rate, dtype=float)
         self.xi = {name: np.zeros(np.shape(data.jj[name].s)) for name in layout.bernoulli}

@@ -362,17 +362,20 @@ def rows_alike(c, A, cs, As):
     return all(np.ndim(x) == 0 or bool(np.all(np.asarray(x) == np.asarray(x)[:1])) for x in (c, A, cs, As))
 
 
-def fingerprint(model, args, kwargs):
+def fingerprint(model, args, kwargs, capture=None):
     """What the model reads beyond its arguments: the text of its traced program at these argument
     shapes (the array arguments as inputs) and the constants in it, with every sample site's
     distribution parameters and scale as outputs. Numbers the model takes from Python globals or
     closures (a prior's shape, a scale) appear in it, so a changed number gives another
-    fingerprint. None where the model does not trace with array inputs."""
+    fingerprint. None where the model does not trace with array inputs. A list ``capture``
+    receives the model's trace (abstract values: its sites' kinds and shapes)."""
     arrays, rebuild, static = engine.array_inputs(args, kwargs)
 
     def read(values):
         a, kw = rebuild(values)
         tr = trace_model(model, a, kw)
+        if capture is not None:
+            capture.append(tr)
         return [jnp.asarray(leaf) for name, site in _sites(tr)
                 for leaf in jax.tree.leaves((site["fn"], site["scale"], site.get("mask")))]
 
@@ -393,20 +396,22 @@ def analyse(model, args, kwargs):
     program where the model traces under ``jax.jit`` (kept for later calls with the same argument
     shapes and fingerprint); a model that needs concrete values (NumPy calls on its arguments) is
     read op by op instead."""
-    mark = fingerprint(model, args, kwargs)
+    traced = []  # the fingerprint's trace serves the analysis's structure
+    mark = fingerprint(model, args, kwargs, capture=traced)
     if mark is not None:
         try:
-            return (*_analyse(model, args, kwargs, *with_array_inputs(args, kwargs, key=("analyse", model, mark))),
-                    mark)
+            return (*_analyse(model, args, kwargs, *with_array_inputs(args, kwargs, key=("analyse", model, mark)),
+                              traced), mark)
         except Exception:  # the model does not trace with array inputs (it needs concrete values)
             pass
     eager = lambda f: lambda *xs: f(*xs, args, kwargs)  # noqa: E731
     return (*_analyse(model, args, kwargs, eager, eager), mark)
 
 
-def _analyse(model, args, kwargs, compile, abstract):
-    first = []  # the trace at the safe values: site kinds, shapes and event dimensions (no numbers read)
-    abstract(lambda a, kw: first.append(trace_model(model, a, kw)))()
+def _analyse(model, args, kwargs, compile, abstract, traced=None):
+    first = list(traced or [])  # the trace at the safe values: site kinds, shapes and event dimensions
+    if not first:  # (no numbers read)
+        abstract(lambda a, kw: first.append(trace_model(model, a, kw)))()
     tr = first[0]
     gauss, gamma, normal_sites, bern_sites, gamma_priors = _classify(tr)
     if not gauss and not gamma:
