@@ -302,6 +302,14 @@ class _GroupSchedule:
         self.active = np.zeros(0, dtype=np.intp)
         self.held = np.zeros(G, dtype=bool)
         self._sq = None
+        # with a W the same for every row (factor.uniform) the design's projections are kept and
+        # scaled: the groups' blocks Phi_g^T Phi_g, the columns' squared norms, Phi^T Phi_A
+        self.uniform = bool(getattr(factor, "uniform", False))
+        if self.uniform:
+            self.P = self._group_blocks(np.ones(N))
+            self.col_sq = np.einsum("nm,nm->m", Phi, Phi)
+            self.C = np.zeros((M, 0))
+            self._target = None
         self.set_factor()
 
     def squared(self):
@@ -317,24 +325,43 @@ class _GroupSchedule:
         v[self.active] = 0.0
         return v
 
+    def _group_blocks(self, W):
+        """Phi_g^T diag(W) Phi_g of every group (G, d, d), zero on the padding."""
+        padded = np.concatenate([self.Phi, np.zeros((self.Phi.shape[0], 1))], axis=1)
+        cols = padded[:, self.members].transpose(1, 0, 2)  # (G, N, d)
+        return (cols * W[None, :, None]).transpose(0, 2, 1) @ cols
+
     def set_factor(self):
         """(W, r) from the factor; h, b, B, the groups' H blocks; the frozen groups' x at the
         maximiser of (G2); q(w) and the statistics (:meth:`refresh`)."""
         W, r = self.factor.weights()
         W = np.broadcast_to(np.asarray(W, dtype=np.float64), (self.Phi.shape[0],))
         self.W = W
-        WPhi = self.WPhi = self.Phi * W[:, None]
-        self.h = np.einsum("nm,nm->m", WPhi, self.Phi)
-        self.b = self.Phi.T @ r
-        padded = np.concatenate([self.Phi, np.zeros((self.Phi.shape[0], 1))], axis=1)
-        cols = padded[:, self.members].transpose(1, 0, 2)  # (G, N, d)
-        self.H = (cols * W[None, :, None]).transpose(0, 2, 1) @ cols
+        if self.uniform:
+            g = float(W[0])
+            target = np.asarray(r, dtype=np.float64) / g
+            if self._target is None or not np.array_equal(target, self._target[0]):
+                self._target = (target, self.Phi.T @ target)
+            self.h, self.b, self.H, self.B = g * self.col_sq, g * self._target[1], g * self.P, g * self.C
+        else:
+            WPhi = self.Phi * W[:, None]
+            self.h = np.einsum("nm,nm->m", WPhi, self.Phi)
+            self.b = self.Phi.T @ r
+            self.H = self._group_blocks(W)
+            self.B = WPhi.T @ self.Phi[:, self.active] if len(self.active) else np.zeros((self.Phi.shape[1], 0))
         self.h_groups = np.where(self.valid, np.append(self.h, 0.0)[self.members], 0.0)
-        self.B = WPhi.T @ self.Phi[:, self.active] if len(self.active) else np.zeros((self.Phi.shape[1], 0))
         frozen = ~self.in_model
         if np.any(frozen):
             self.x[frozen] = group_frozen_optimum(self.h_groups[frozen], self.a0, self.b0)[0]
         self.refresh()
+
+    def _columns(self, cols):
+        """Phi^T W Phi[:, cols] (M, len(cols)); with a uniform W, Phi^T Phi[:, cols] is kept."""
+        if self.uniform:
+            c = self.Phi.T @ self.Phi[:, cols]
+            self.C = np.concatenate([self.C, c], axis=1)
+            return float(self.W[0]) * c
+        return self.Phi.T @ (self.W[:, None] * self.Phi[:, cols])
 
     def refresh(self):
         """q(w) of the active coefficients at the current x, and every group's S and Q, exactly."""
@@ -354,7 +381,7 @@ class _GroupSchedule:
             self.S = self.H.copy()
             self.Qv = self.b.copy()
         self._locate()
-        self._kept = {}  # group -> its leave_group_out row, while no other group has moved
+        self._all = None
 
     def _locate(self):
         self.position = np.full(self.Phi.shape[1] + 1, -1, dtype=np.intp)
@@ -412,16 +439,12 @@ class _GroupSchedule:
         q2 = np.where(resolved, q * q, 0.0)
         return lam, q2, np.any(resolved, axis=1) & (scale > 0)
 
-    def _leave_group_out_kept(self, rows):
-        """:meth:`leave_group_out` of ``rows``, reusing the rows computed since the last move of
-        another group (a group's leave-group-out statistics do not depend on its own x, nor on
-        whether it is in the model)."""
-        missing = np.array([g for g in rows if g not in self._kept], dtype=np.intp)
-        if len(missing):
-            for g, row in zip(missing, zip(*self.leave_group_out(missing))):
-                self._kept[int(g)] = row
-        lam, q2, resolved = zip(*(self._kept[int(g)] for g in rows))
-        return np.array(lam), np.array(q2), np.array(resolved)
+    def _leave_group_out_all(self):
+        """:meth:`leave_group_out` of every group, kept until the next move or refresh (a group's
+        statistics do not depend on its own x, nor on whether it is in the model)."""
+        if self._all is None:
+            self._all = self.leave_group_out(np.arange(len(self.x)))
+        return self._all
 
     def evaluate(self, rows, polish=False, support=None):
         """(gain, target x, supported) of the best move of each group in ``rows`` (module docstring,
@@ -433,7 +456,7 @@ class _GroupSchedule:
         otherwise a re-estimate that moves ln x by less than ``LOG_ALPHA_TOL``. An active group's
         target is the maximiser of (G1) that Newton's method reaches from its x, a frozen one's the
         global maximiser."""
-        lam, q2, resolved = self._leave_group_out_kept(rows)
+        lam, q2, resolved = (v[rows] for v in self._leave_group_out_all())
         inside = self.in_model[rows]
         supported = np.zeros(len(rows), dtype=bool)
         judged = resolved & (~inside if support is None else support)
@@ -492,7 +515,7 @@ class _GroupSchedule:
             new = 0.5 * (new + new.T)
             z = self.Sigma @ self.B[cols].T
             mu_g = new @ self.Qv[cols]
-            column = self.WPhi.T @ self.Phi[:, cols]
+            column = self._columns(cols)
             e = column - self.B @ z
             K = len(self.active)
             Sigma = np.empty((K + d, K + d))
@@ -531,7 +554,7 @@ class _GroupSchedule:
             self.Qv = self.Qv + e @ (C @ mu_g)
             self.log_det -= 2.0 * float(np.sum(np.log(np.diag(chol[0]))))
         self.x[g] = x_new
-        self._kept = {g: self._kept[g]} if g in self._kept else {}
+        self._all = None
         return True
 
     def add(self, g, x_new):
