@@ -96,7 +96,9 @@ def test_every_move_on_the_wide_kernel_raises_the_fresh_elbo_by_its_gain(wide):
                 refused += 1
                 continue
             new = work.elbo()
-            assert gain > 0 and new - value == pytest.approx(gain, rel=1e-6, abs=1e-9 * abs(value))
+            # a fresh evaluation's rounding grows with the active block's conditioning (its spread)
+            rounding = max(1e-9, 1e3 * np.finfo(float).eps * work.spread()) * abs(value)
+            assert gain > 0 and new - value == pytest.approx(gain, rel=1e-6, abs=rounding)
             value, moves = new, moves + 1
             assert work.spread() <= max(F.MAX_SPREAD, spread)
         spread, precision = work.spread(), float(noise.weights()[0][0])

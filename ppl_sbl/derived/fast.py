@@ -179,6 +179,7 @@ class RowFactor:
         self.g_shape, self.g_rate = np.array(g_shape, dtype=float), np.array(g_rate, dtype=float)
         self.xi = {name: np.zeros(np.shape(data.jj[name].s)) for name in layout.bernoulli}
         self.rows = programs["rows"]
+        self._weights = None
         # with Bernoulli terms, xi and the other factors' rates converge linearly over the passes,
         # as the shipped JJ factors' do (:class:`ppl_sbl.fast_ard.passes.Extrapolation`)
         self.extrapolates = bool(layout.bernoulli)
@@ -227,6 +228,7 @@ class RowFactor:
             size = sl.stop - sl.start
             self.g_rate[sl] = np.maximum(value[start:start + size], np.finfo(float).tiny)  # a rate is positive
             start += size
+        self._weights = None
 
     def _evaluate(self, m, e):
         """The row program (:func:`row_programs`) at the rows' moments m, e and the current q of
@@ -236,12 +238,23 @@ class RowFactor:
         return jax.tree.map(np.asarray, out)
 
     def weights(self):
-        out = self._evaluate(self.zero, self.zero)
-        return out["W"], out["r"]
+        """(W, r): constants of the terms given the other factors' q (kept until they change)."""
+        if self._weights is None:
+            out = self._evaluate(self.zero, self.zero)
+            self._weights = out["W"], out["r"]
+        return self._weights
+
+    def _second_moments(self, moments):
+        """(m, e): the rows' E[eta] and E[eta^2]. With a uniform W the terms weigh every row's
+        E[eta^2] alike, so each row gets the mean variance, sum_n Var[eta_n] / N (O(M + K^2),
+        without the O(N M) per-row variances)."""
+        m = np.asarray(moments.mean)
+        var = moments.var_sum / m.shape[0] if self.uniform else np.asarray(moments.var)
+        return m, var + m * m
 
     def update(self, moments):
-        m = np.asarray(moments.mean)
-        e = np.asarray(moments.var) + m * m
+        m, e = self._second_moments(moments)
+        out = None
         for n in self.others:
             if n in self.held:
                 continue
@@ -251,12 +264,12 @@ class RowFactor:
             sl = self.block[n]
             self.g_shape[sl] = 1.0 + out["d_log"][sl]
             self.g_rate[sl] = -out["d_mean"][sl]
-        if self.layout.bernoulli:  # xi_n^2 = E[v_n^2], grid RVM paper eq. (30)
-            self.xi = self._evaluate(m, e)["xi"]
+        if self.layout.bernoulli:  # xi_n^2 = E[v_n^2], grid RVM paper eq. (30), whatever the other factors
+            self.xi = (self._evaluate(m, e) if out is None else out)["xi"]
+        self._weights = None
 
     def elbo_terms(self, moments):
-        m = np.asarray(moments.mean)
-        e = np.asarray(moments.var) + m * m
+        m, e = self._second_moments(moments)
         return float(self._evaluate(m, e)["value"])
 
 

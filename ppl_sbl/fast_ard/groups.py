@@ -268,13 +268,24 @@ def group_supported(lam, q2):
 # the schedule ------------------------------------------------------------------------------------------
 class _Moments:
     """The moments of phi_n^T w under a group schedule's q(w) (``mean``, ``var`` (N,), ``var_sum``),
-    as :class:`ppl_sbl.fast_ard.Moments` gives them to the likelihood factor."""
+    as :class:`ppl_sbl.fast_ard.Moments` gives them to the likelihood factor (``var`` formed on
+    first use where a uniform W gives ``var_sum`` from the kept projections)."""
 
     def __init__(self, work):
-        A = work.Phi[:, work.active]
-        self.mean = A @ work.mu
-        self.var = np.einsum("nk,nk->n", A @ work.Sigma, A) + work.squared() @ work.frozen_var()
-        self.var_sum = float(np.sum(self.var))
+        self._work, self._var = work, None
+        self._A = work.Phi[:, work.active]
+        self.mean = self._A @ work.mu
+        if work.uniform:
+            self.var_sum = float(np.sum(work.C[work.active] * work.Sigma) + work.col_sq @ work.frozen_var())
+        else:
+            self.var_sum = float(np.sum(self.var))
+
+    @property
+    def var(self):
+        if self._var is None:
+            work, A = self._work, self._A
+            self._var = np.einsum("nk,nk->n", A @ work.Sigma, A) + work.squared() @ work.frozen_var()
+        return self._var
 
 
 class _GroupSchedule:
