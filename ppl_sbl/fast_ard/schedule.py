@@ -340,7 +340,7 @@ class _Schedule:
             trial = x.copy()
             with np.errstate(over="ignore"):
                 trial[free] = x[free] * np.exp(t * step)
-            if not np.all(np.isfinite(trial)):  # a step past the floating-point range: shorter
+            if not np.all(np.isfinite(trial) & (trial > 0)):  # a step past the floating-point range: shorter
                 t *= 0.5
                 continue
             moved = weight * np.abs(trial[free] - x[free]) / np.maximum(trial[free], x[free])
