@@ -412,3 +412,21 @@ def inverse_and_mean(precision, linear):
     inv = scipy.linalg.cho_solve(factor, np.eye(len(d))) * d[:, None] * d[None, :]
     inv = 0.5 * (inv + inv.T)
     return inv, inv @ linear
+
+
+def log_newton_step(x, g, H, free):
+    """The Newton step in ln x (over the entries ``free``) of a function F of positive x with
+    gradient ``g`` and Hessian ``H`` in x: in t = ln x the gradient is x g and the Hessian
+    x H x + diag(x g); minus that Hessian is damped (+ c I, c doubling from 1e-12 of its largest
+    diagonal entry) until it is positive definite. Returns the step, or None where no damping up to
+    2^40 times that makes it so."""
+    grad = (x * g)[free]
+    neg = -(x[:, None] * H * x[None, :] + np.diag(x * g))[np.ix_(free, free)]
+    neg = 0.5 * (neg + neg.T)
+    damping, scale = 0.0, float(np.max(np.abs(np.diag(neg)))) or 1.0
+    for _ in range(40):
+        try:
+            return scipy.linalg.cho_solve(scipy.linalg.cho_factor(neg + damping * np.eye(len(grad))), grad)
+        except np.linalg.LinAlgError:
+            damping = max(2.0 * damping, 1e-12 * scale)
+    return None

@@ -62,7 +62,7 @@ import numpy as np
 import scipy.linalg
 
 from ..priors import is_vague
-from .algebra import check_hyperparameters, w_alpha_terms
+from .algebra import check_hyperparameters, log_newton_step, w_alpha_terms
 from .schedule import ADD, LOG_ALPHA_TOL, MOVES_PER_COEFFICIENT, REESTIMATE, NotApplicable, run_passes
 from .units import original_units, standard_units
 
@@ -620,17 +620,8 @@ class _GroupSchedule:
         shape = self.a0 + 0.5 * self.sizes[act]
         g = shape / x - self.b0 - 0.5 * members.T @ (mu * mu + np.diag(Sigma))
         H = members.T @ (np.outer(mu, mu) * Sigma + 0.5 * Sigma * Sigma) @ members - np.diag(shape / (x * x))
-        grad = (x * g)[free]
-        neg = -(x[:, None] * H * x[None, :] + np.diag(x * g))[np.ix_(free, free)]
-        neg = 0.5 * (neg + neg.T)
-        damping, scale = 0.0, float(np.max(np.abs(np.diag(neg)))) or 1.0
-        for _ in range(40):
-            try:
-                step = scipy.linalg.cho_solve(scipy.linalg.cho_factor(neg + damping * np.eye(len(grad))), grad)
-                break
-            except np.linalg.LinAlgError:
-                damping = max(2.0 * damping, 1e-12 * scale)
-        else:
+        step = log_newton_step(x, g, H, free)
+        if step is None:
             return None
         weight = (np.sum(lam / (x[:, None] + lam), axis=1) / self.sizes[act])[free]
         start = self.joint_value(self.x)

@@ -9,7 +9,7 @@ import numpy as np
 import scipy.linalg
 
 from .algebra import (check_hyperparameters, frozen_optimum, frozen_value, in_model_change, in_model_value,
-                      inverse_and_mean, scalar_optimum, w_alpha_terms, warm_optimum)
+                      inverse_and_mean, log_newton_step, scalar_optimum, w_alpha_terms, warm_optimum)
 from .factors import Moments
 from ..priors import is_vague
 from .units import original_units, standard_units
@@ -321,18 +321,8 @@ class _Schedule:
         if start is None:
             return None
         g, H = self.joint_derivatives()
-        grad = (x * g)[free]
-        hess = (x[:, None] * H * x[None, :] + np.diag(x * g))[np.ix_(free, free)]
-        neg = -0.5 * (hess + hess.T)
-        damping = 0.0
-        scale = float(np.max(np.abs(np.diag(neg)))) or 1.0
-        for _ in range(40):
-            try:
-                step = scipy.linalg.cho_solve(scipy.linalg.cho_factor(neg + damping * np.eye(len(grad))), grad)
-                break
-            except np.linalg.LinAlgError:
-                damping = max(2.0 * damping, 1e-12 * scale)
-        else:
+        step = log_newton_step(x, g, H, free)
+        if step is None:
             return None
         weight = s[a][free] / (x[free] + s[a][free])
         t = 1.0
