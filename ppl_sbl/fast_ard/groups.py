@@ -46,7 +46,11 @@ Moves (:func:`group_schedule`): add a frozen group at the global maximiser of (G
 re-estimate an active one to the maximiser Newton's method reaches from its current x; the gain is
 the exact change of the restricted-family ELBO, F_in(x') - F_out(x_g) or F_in(x') - F_in(x_g).
 A move updates q(w) and every group's S and Q by the block form of Tipping & Faul's (2003,
-appendix) rank-one updates (rank d_g); a pass starts from a fresh Cholesky factorisation.
+appendix) rank-one updates (rank d_g); a pass starts from a fresh Cholesky factorisation. A
+third move re-estimates all active groups at once: one damped Newton step on the ELBO as a
+function of their x (:meth:`_GroupSchedule.newton_trial`), where correlated groups make the
+one-group re-estimates converge slowly; it is made where it gains more than the best one-group
+re-estimate (and, below the floor, before them), and refactorises q(w) afresh.
 Passes and the stopping rule are :func:`ppl_sbl.fast_ard.schedule`'s: the best move above
 tol |ELBO| at a time, then the re-estimates below that floor that still move ln E[alpha_g] by
 sqrt(tol) (weighted by the data's share of the group's precision), then the likelihood factor's
@@ -75,6 +79,7 @@ _SUPPORT_GRID = 12  # points of the search of F_in^0's supremum (group_supported
 _NEWTON_STEPS = 12
 _LOG_X_TOL = 1e-9  # Newton's method stops when no step moves ln x by more
 _BISECTIONS = 80
+JOINT = -1  # the "group" of a move that is the joint Newton step over the active groups
 
 
 class GroupFastFit(NamedTuple):
@@ -495,7 +500,9 @@ class _GroupSchedule:
     def best_move(self, floor, polish=False):
         """(kind, group, target x, gain) of the move with the largest gain above ``floor``, or None
         (module docstring, "Moves"; with ``polish`` the re-estimates below the floor, :func:`_moves`):
-        the active groups not held and, without ``polish``, the frozen ones not held."""
+        the active groups not held and, without ``polish``, the frozen ones not held. Where the best
+        is a re-estimate above the floor, the joint Newton step of :meth:`newton_trial` instead if it
+        gains more (the group ``JOINT``, made by :meth:`reestimate`)."""
         open_ = ~self.held
         rows = np.flatnonzero(open_ & self.in_model)
         if not polish:
@@ -507,12 +514,22 @@ class _GroupSchedule:
         if not gain[j] > floor:
             return None
         g = int(rows[j])
+        if self.in_model[g] and not polish:
+            step = self.newton_trial()
+            if step is not None and step[0] > gain[j]:
+                self._joint = step[1]
+                return REESTIMATE, JOINT, math.nan, float(step[0])
         return (REESTIMATE if self.in_model[g] else ADD), g, float(x_new[j]), float(gain[j])
 
     def move(self, kind, g, x_new):
         """Make the move by the block form of Tipping & Faul's (2003, appendix) updates, O(M K d)
         (module docstring, "Moves"); False, changing nothing, where the pivot block it inverts is not
-        positive definite to working precision."""
+        positive definite to working precision. The group ``JOINT`` is the joint Newton step that
+        :meth:`best_move` found (a fresh factorisation)."""
+        if g == JOINT:
+            self.x = self._joint
+            self.refresh()
+            return True
         cols = self.members[g][self.valid[g]]
         d = len(cols)
         if kind == ADD:
@@ -594,7 +611,7 @@ class _GroupSchedule:
         prior = float(np.sum(shape * np.log(x[act]) - self.b0 * x[act]))
         return 0.5 * float((self.b[a] * d) @ mu_scaled) - 0.5 * log_det + prior
 
-    def newton_polish(self):
+    def newton_trial(self):
         """One Newton step on F (:meth:`joint_value`) in ln x over the active groups with a resolved
         direction that this pass has not held, the others held: with mu, Sigma of q(w), F's gradient
         in x_g is (a0 + d_g / 2) / x_g - b0 - 1/2 sum_{k in g} (mu_k^2 + Sigma_kk) and its Hessian the
@@ -604,8 +621,8 @@ class _GroupSchedule:
         it moves some x_g by at least ``settle`` (relative, weighted by the data's share of the
         group's precision, as :meth:`evaluate` weighs a re-estimate). It does the work of many
         cycles of one-group re-estimates, which converge slowly where the active groups' columns are
-        correlated. Returns its ELBO gain, or None where no such step exists (the state is then as
-        it was)."""
+        correlated. Returns (its ELBO gain, the groups' x after it), or None where no such step
+        exists; the state is left as it is."""
         act = np.flatnonzero(self.in_model)
         if len(act) == 0:
             return None
@@ -640,11 +657,18 @@ class _GroupSchedule:
                 return None
             value = self.joint_value(trial)
             if value is not None and value > start:
-                self.x = trial
-                self.refresh()
-                return value - start
+                return value - start, trial
             t *= 0.5
         return None
+
+    def newton_polish(self):
+        """The step of :meth:`newton_trial`, made: its ELBO gain, or None (nothing changed)."""
+        step = self.newton_trial()
+        if step is None:
+            return None
+        self.x = step[1]
+        self.refresh()
+        return step[0]
 
     def polish(self, budget):
         """The re-estimates below the floor of :meth:`best_move` (its ``polish``): one joint Newton
