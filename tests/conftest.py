@@ -18,11 +18,6 @@ if _CACHE_ON:
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
-# XLA compiles the suite's programs without its backend (LLVM) optimisations: most of the suite's
-# time is compilation of programs that then run on small problems, and the arithmetic is the same
-# (no fast-math either way); only the machine code is slower. Inherited by the subprocesses.
-os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
-
 import jax
 import numpy as np
 import pytest
