@@ -218,7 +218,7 @@ def table_student_t(Phi, t=None, nu=4.0, a0=TABLE_A0, b0=TABLE_B0):
 # None of these has a hand-written guide, so `CAVI(model)` derives one, and picks the schedule
 # from the model's structure: group ARD and Student-t noise keep one Gamma precision per weight
 # or per group of weights, so they run the fast schedule (for group ARD whole groups enter and
-# leave, `ppl_sbl.fast_ard.group_schedule`); the table models give a weight a *product* of
+# are re-estimated, `ppl_sbl.fast_ard.group_schedule`); the table models give a weight a *product* of
 # precisions, which the fast schedule does not cover, so they run the sweep. Fit all five models
 # to the same data:
 
