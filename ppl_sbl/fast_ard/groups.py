@@ -337,7 +337,7 @@ class _GroupSchedule:
         (module docstring, "Moves"; with ``polish`` the re-estimates below the floor, :func:`_moves`):
         the active groups not held and, without ``polish``, the frozen ones not held. Where the best
         is a re-estimate above the floor, the joint Newton step of :meth:`newton_trial` instead if it
-        gains more (the group ``JOINT``, made by :meth:`reestimate`)."""
+        gains more (the group ``JOINT``, which :meth:`move` makes)."""
         open_ = ~self.held
         rows = np.flatnonzero(open_ & self.in_model)
         if not polish:
