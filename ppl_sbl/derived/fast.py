@@ -239,9 +239,14 @@ class RowFactor:
 
     def weights(self):
         """(W, r): constants of the terms given the other factors' q (kept until they change)."""
+        return self._at_zero()[:2]
+
+    def _at_zero(self):
+        """(W, r, value at m = e = 0) of the row program given the other factors' q, kept until
+        they change."""
         if self._weights is None:
             out = self._evaluate(self.zero, self.zero)
-            self._weights = out["W"], out["r"]
+            self._weights = out["W"], out["r"], float(out["value"])
         return self._weights
 
     def _second_moments(self, moments):
@@ -269,8 +274,10 @@ class RowFactor:
         self._weights = None
 
     def elbo_terms(self, moments):
+        """The terms are linear in the rows' moments: value(0, 0) + r^T m - W^T e / 2."""
         m, e = self._second_moments(moments)
-        return float(self._evaluate(m, e)["value"])
+        W, r, value = self._at_zero()
+        return value + float(np.vdot(r, m)) - 0.5 * float(np.vdot(W, e))
 
 
 def row_programs(layout, slices, blocks):
