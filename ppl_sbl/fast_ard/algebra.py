@@ -423,10 +423,18 @@ def log_newton_step(x, g, H, free):
     grad = (x * g)[free]
     neg = -(x[:, None] * H * x[None, :] + np.diag(x * g))[np.ix_(free, free)]
     neg = 0.5 * (neg + neg.T)
-    damping, scale = 0.0, float(np.max(np.abs(np.diag(neg)))) or 1.0
-    for _ in range(40):
+    if not np.all(np.isfinite(neg)):
+        return None
+    base = 1e-12 * (float(np.max(np.abs(np.diag(neg)))) or 1.0)
+    # the damping sequence 0, base, 2 base, ... 2^38 base, entered where its terms first exceed
+    # minus the lowest eigenvalue (the factorisation decides: rounding may need one more)
+    lowest = float(np.linalg.eigvalsh(neg)[0])
+    power = 0 if lowest > 0 else 1 + max(0, math.ceil(math.log2(max(-lowest / base, 1.0))))
+    for attempt in range(power, 40):
+        damping = 0.0 if attempt == 0 else base * 2.0 ** (attempt - 1)
         try:
-            return scipy.linalg.cho_solve(scipy.linalg.cho_factor(neg + damping * np.eye(len(grad))), grad)
+            factor = scipy.linalg.cho_factor(neg + damping * np.eye(len(grad)), check_finite=False)
+            return scipy.linalg.cho_solve(factor, grad, check_finite=False)
         except np.linalg.LinAlgError:
-            damping = max(2.0 * damping, 1e-12 * scale)
+            continue
     return None

@@ -285,7 +285,7 @@ class _Schedule:
             chol = np.linalg.cholesky(P * d[:, None] * d[None, :])
         except np.linalg.LinAlgError:
             return None
-        inv_chol = scipy.linalg.solve_triangular(chol, np.eye(K), lower=True)
+        inv_chol = scipy.linalg.solve_triangular(chol, np.eye(K), lower=True, check_finite=False)
         Sigma = (inv_chol.T @ inv_chol) * d[:, None] * d[None, :]
         Sigma = 0.5 * (Sigma + Sigma.T)
         mu = Sigma @ self.b[a]
