@@ -735,41 +735,6 @@ def test_joint_value_is_the_elbo_of_the_active_precisions_and_newton_climbs_it(a
     assert work.elbo() - before == pytest.approx(gain, rel=1e-8, abs=1e-9 * abs(before))
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_the_joint_move_gains_what_the_fresh_elbo_says(seed):
-    """Above the floor, best_move offers the joint Newton step over the active precisions (the
-    coefficient JOINT) where it gains more than the best one-coefficient re-estimate: made by
-    reestimate, it raises the restricted-family ELBO evaluated afresh by the gain best_move
-    reported, and by more than that re-estimate would have."""
-    rng = np.random.default_rng(seed)
-    base = rng.normal(size=(60, 3))
-    Phi = np.column_stack([base + 0.3 * rng.normal(size=base.shape), rng.normal(size=(60, 5))])  # correlated pairs
-    t = Phi[:, :3] @ np.array([1.0, -0.5, 0.8]) + 0.1 * rng.normal(size=60)
-    work = _Schedule(Phi, F.GaussianNoise(t, 1e-6, 1e-6), 1e-6, 1e-6)
-    for _ in range(3):
-        kind, k, target, _ = work.best_move(1e-8)
-        assert kind == F.ADD and (work.add if kind == F.ADD else work.reestimate)(k, target)
-    a = work.active.copy()
-    work.x[a] = work.x[a] * np.exp(rng.uniform(-1.5, 1.5, len(a)))  # away from the joint optimum
-    work.refresh()
-    joints = 0
-    for _ in range(20):
-        before = work.elbo()
-        move = work.best_move(1e-8)
-        if move is None:
-            break
-        kind, k, target, gain = move
-        if k == F.JOINT:
-            joints += 1
-            trial, work.newton_trial = work.newton_trial, lambda: None  # the best move without the joint step
-            single = work.best_move(1e-8)
-            work.newton_trial = trial
-            assert single[0] == F.REESTIMATE and gain > single[3]
-        assert (work.add if kind == F.ADD else work.reestimate)(k, target)
-        assert work.elbo() - before == pytest.approx(gain, rel=1e-8, abs=1e-9 * abs(before))
-    assert joints > 0
-
-
 def _fit_counting_extrapolations(monkeypatch, Phi, factor, max_rate):
     """F.schedule with the extrapolation's largest rate set to ``max_rate`` (0: never; the plain
     alternation of passes and factor updates), and the gains of the extrapolations it kept."""

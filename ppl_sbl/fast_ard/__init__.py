@@ -57,10 +57,6 @@ the maximum of (1) and the current value of (1) or (2), the exact change of the 
 ELBO. The moves update Sigma, mu and the statistics S_m = h_m - B_m^T Sigma B_m,
 Q_m = (Phi^T r)_m - B_m^T mu of every coefficient (B = Phi^T diag(W) Phi_A) by rank-one formulas
 (Tipping & Faul 2003, appendix), O(M K) per move plus one product with the design for an add.
-A third move re-estimates all the active precisions at once: one damped Newton step in ln x_A on
-the ELBO as a function of them, q(w) at its optimum for each x_A (q(w) and the statistics then
-recomputed, O(M K^2)); it is taken where it gains more than the best one-coefficient re-estimate,
-whose cycles converge slowly where the active columns are correlated (the coefficient ``JOINT``).
 The best move is taken while one gains more than tol |ELBO|; the re-estimates left below that
 floor are then made in turn (many small moves can add up to more than the floor), and a pass
 ends when neither kind is left, or after ``MOVES_PER_COEFFICIENT`` M moves (so that the number
@@ -140,7 +136,7 @@ from .algebra import frozen_optimum, frozen_value, in_model_optimum, in_model_va
 from .groups import GroupFastFit, group_schedule, group_supported
 from .factors import GaussianNoise, JaakkolaJordan, MultinomialProbit, RobustGaussianNoise, RobustJaakkolaJordan
 from .results import active_gaussian, alpha_factors
-from .schedule import (ADD, JOINT, LOG_ALPHA_TOL, MAX_ALIGNMENT, MAX_SPREAD, MOVES_PER_COEFFICIENT, NEWTON, REESTIMATE,
+from .schedule import (ADD, LOG_ALPHA_TOL, MAX_ALIGNMENT, MAX_SPREAD, MOVES_PER_COEFFICIENT, NEWTON, REESTIMATE,
                        UPDATE, FastFit, Moments, MultiFastFit, NotApplicable, schedule)
 from .units import standard_units
 
@@ -170,7 +166,6 @@ __all__ = [
     "MOVES_PER_COEFFICIENT",
     "ADD",
     "REESTIMATE",
-    "JOINT",
     "UPDATE",
     "NEWTON",
     "NotApplicable",

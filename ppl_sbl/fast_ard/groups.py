@@ -69,12 +69,13 @@ from ..priors import is_vague
 from .algebra import log_newton_step, w_alpha_terms
 from .group_algebra import (COLLINEAR, frozen_values, in_model_maximiser, in_model_values, group_frozen_optimum,
                             group_frozen_value, group_in_model_optimum, group_in_model_value, group_supported)
-from .schedule import ADD, JOINT, LOG_ALPHA_TOL, MOVES_PER_COEFFICIENT, REESTIMATE, NotApplicable, run_passes
+from .schedule import ADD, LOG_ALPHA_TOL, MOVES_PER_COEFFICIENT, REESTIMATE, NotApplicable, run_passes
 from .units import original_units, standard_units
 
 __all__ = ["GroupFastFit", "group_in_model_value", "group_frozen_value", "group_in_model_optimum",
            "group_frozen_optimum", "group_supported", "group_schedule"]
 
+JOINT = -1  # the "group" of a move that is the joint Newton step over the active groups
 
 
 class GroupFastFit(NamedTuple):

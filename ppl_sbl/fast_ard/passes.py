@@ -10,10 +10,9 @@ import numpy as np
 
 from .factors import weights_change
 
-__all__ = ["ADD", "JOINT", "MOVES_PER_COEFFICIENT", "REESTIMATE", "UPDATE", "Extrapolation", "run_passes"]
+__all__ = ["ADD", "MOVES_PER_COEFFICIENT", "REESTIMATE", "UPDATE", "Extrapolation", "run_passes"]
 
 ADD, REESTIMATE, UPDATE = 0, 1, 2  # the trace events of a fit: a coefficient added, re-estimated, the factor updated
-JOINT = -1  # the coefficient (or group) of a re-estimate that is the joint Newton step over the active ones
 
 # a pass makes at most this many moves per coefficient (M; per output with several), so that
 # ``max_passes`` bounds the work of a fit

@@ -14,7 +14,7 @@ from .factors import Moments
 from ..priors import is_vague
 from .units import original_units, standard_units
 from .outputs import NEWTON, MultiFastFit, schedule_outputs
-from .passes import (ADD, JOINT, MOVES_PER_COEFFICIENT, REESTIMATE, UPDATE, Extrapolation,  # noqa: F401 (its interface)
+from .passes import (ADD, MOVES_PER_COEFFICIENT, REESTIMATE, UPDATE, Extrapolation,  # noqa: F401 (its interface)
                      run_passes)
 
 __all__ = ["LOG_ALPHA_TOL", "MAX_ALIGNMENT", "MAX_SPREAD", "MOVES_PER_COEFFICIENT", "ADD", "REESTIMATE", "UPDATE",
@@ -98,7 +98,6 @@ class _Schedule:
         self.blocked = np.zeros(M, dtype=bool)  # nearly collinear with an active coefficient
         self.held = np.zeros(M, dtype=bool)  # a move refused in this pass (see add, reestimate)
         self.pending = ()  # re-estimates below best_move's floor, for polish
-        self._joint = None  # the active coefficients' x after the joint Newton step best_move found
         self.settle = LOG_ALPHA_TOL  # the smallest move polish makes (see polish)
         self.set_factor()
 
@@ -204,9 +203,7 @@ class _Schedule:
         support (q^2 > s) that is not nearly collinear with an active one (|cosine| >
         MAX_ALIGNMENT, Tipping's SparseBayes's alignment test); or a re-estimate of an active one
         to the maximiser of (1) that changes ln E[alpha_k] by at least LOG_ALPHA_TOL; either must
-        gain more than ``floor`` nats (module docstring, "Sparsity"). Where the best is a
-        re-estimate, the joint Newton step of :meth:`newton_trial` instead if it gains more (the
-        coefficient ``JOINT``, which :meth:`reestimate` makes).
+        gain more than ``floor`` nats (module docstring, "Sparsity").
 
         Moves the statistics cannot resolve are not candidates: a coefficient whose s_k is below
         ``_COLLINEAR`` h_k (its column is in the span of the active ones to working precision; s_k
@@ -265,11 +262,6 @@ class _Schedule:
         if not gain[j] > floor:
             self.pending = moving[settling]
             return None
-        if j < K:
-            step = self.newton_trial()
-            if step is not None and step[0] > gain[j]:
-                self._joint = step[1]
-                return REESTIMATE, JOINT, math.nan, float(step[0])
         return (REESTIMATE if j < K else ADD), int(candidates[j]), float(x_in[j]), float(gain[j])
 
     def joint_value(self, x_active):
@@ -305,18 +297,18 @@ class _Schedule:
         H = np.outer(mu, mu) * Sigma + 0.5 * Sigma * Sigma - np.diag(shape / (x * x))
         return g, H
 
-    def newton_trial(self):
+    def newton_polish(self):
         """One Newton step on F (:meth:`joint_value`) in ln x_A over the active coefficients whose
         s_k is resolved and that this pass has not held, the others held: with the gradient g and
         Hessian H of F in x (:meth:`joint_derivatives`), the step solves the Newton equations in
         ln x (damped until minus the Hessian is positive definite), halved until F rises; none
         where a step would take the spread (:meth:`spread`) above ``MAX_SPREAD`` (where that limit
-        binds, the one-coefficient moves and their refusals decide), or where it moves no E[alpha_k]
-        by at least ``settle`` (relative, weighted by the data's share s_k / (x_k + s_k), as
-        :meth:`polish` weighs a re-estimate). It does the work of many cycles of one-coefficient
-        re-estimates, which converge slowly where the active columns are correlated. Returns (its
-        ELBO gain, the active coefficients' x after it), or None where no such step exists; the
-        state is left as it is."""
+        binds, the one-coefficient moves and their refusals decide). Made only where it
+        moves some E[alpha_k] by at least ``settle`` (relative, weighted by the data's share s_k /
+        (x_k + s_k), as :meth:`polish` weighs a re-estimate). It does the work of many cycles of
+        one-coefficient re-estimates, which converge slowly where the active columns are
+        correlated. Returns its ELBO gain, or None where no such step exists (the state is then
+        as it was)."""
         K, a = self.K, self.active
         if K == 0:
             return None
@@ -349,18 +341,11 @@ class _Schedule:
                 if float((self.h[a] + trial) @ np.diag(value[1])) > MAX_SPREAD:
                     return None  # the spread limit binds: the one-coefficient moves decide there
                 if value[0] > start[0]:
-                    return value[0] - start[0], trial
+                    self.x[a] = trial
+                    self.refresh()
+                    return value[0] - start[0]
             t *= 0.5
         return None
-
-    def newton_polish(self):
-        """The step of :meth:`newton_trial`, made; its ELBO gain, or None where there is none."""
-        step = self.newton_trial()
-        if step is None:
-            return None
-        self.x[self.active] = step[1]
-        self.refresh()
-        return step[0]
 
     def polish(self, budget=None):
         """Where :meth:`best_move` left re-estimates below its floor (the ones that gain anything and
@@ -450,17 +435,12 @@ class _Schedule:
     def reestimate(self, k, x_new, j=None):
         """E[alpha_k] of active k to x_new: with Delta = x_new - x_k, kappa = Delta / (1 + Delta
         Sigma_jj): Sigma -= kappa Sigma_j Sigma_j^T, mu -= kappa mu_j Sigma_j, S_m += kappa e_m^2,
-        Q_m += kappa mu_j e_m with e = B Sigma_j. O(M K). The coefficient ``JOINT`` is the joint
-        Newton step that :meth:`best_move` found (q(w) and the statistics afresh, :meth:`refresh`).
+        Q_m += kappa mu_j e_m with e = B Sigma_j. O(M K).
 
         Returns False, changing nothing, where the move is refused: where Sigma_jj' = Sigma_jj /
         (1 + Delta Sigma_jj) is not positive (rounding has left Sigma_jj at or above 1/x_k: s_k is
         not resolved), or where the spread (:meth:`spread`) after it exceeds both ``MAX_SPREAD``
         and the spread before it."""
-        if k == JOINT:
-            self.x[self.active] = self._joint
-            self.refresh()
-            return True
         K = self.K
         if j is None:
             j = int(np.flatnonzero(self.active == k)[0])
