@@ -8,6 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.linalg
 
+from . import compiled as compiled_schedule
 from .algebra import (check_hyperparameters, frozen_optimum, frozen_value, in_model_change, in_model_value,
                       inverse_and_mean, log_newton_step, scalar_optimum, w_alpha_terms, warm_optimum)
 from .factors import Moments
@@ -497,7 +498,7 @@ class _Schedule:
 
 
 def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_moves=None, progress=None,
-             target_scale=1.0, entry=None, vague_only=False):
+             target_scale=1.0, entry=None, vague_only=False, compiled=False):
     """The fast variational schedule: from the empty model, the best significant move at a time
     (:meth:`_Schedule.best_move`: adds by the entry rule below, re-estimates to the maximiser of
     (1), each gaining more than ``tol |ELBO|``) and, where none is left, a joint Newton step on the
@@ -551,6 +552,9 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
         whatever the prior) or ``"exact"`` (the exact comparison, whatever the prior).
     vague_only : raise :class:`NotApplicable` before any fitting where the prior is not vague
         (``CAVI``'s ``schedule="auto"`` passes True: it runs the sweep there).
+    compiled : run the passes as one compiled XLA program (:mod:`ppl_sbl.fast_ard.compiled`): the
+        same moves as the host loop, for RVM regression's q(gamma) with a proper hyperprior
+        (a0, b0 > 0); the program compiles once per shape.
 
     Several outputs. A factor with ``num_outputs`` = C (see :func:`ppl_sbl.fast_ard.outputs.schedule_outputs`) has C
     coefficient vectors w_1, ..., w_C on the same design, each with its own ARD prior and active
@@ -575,7 +579,12 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
             return fit
         return fit._replace(fits=tuple(original_units(f, gain, offset) for f in fit.fits),
                             elbo_trace=fit.elbo_trace + offset)
-    fit = _schedule(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact)
+    if compiled and not compiled_schedule.supports(factor):
+        raise ValueError(f"`compiled=True`: the compiled schedule does not fit a {type(factor).__name__} factor.")
+    if compiled:
+        fit = FastFit(**compiled_schedule.run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact))
+    else:
+        fit = _schedule(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact)
     return fit if gain is None and offset == 0.0 else original_units(fit, gain, offset)
 
 

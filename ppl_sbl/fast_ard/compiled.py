@@ -1,0 +1,654 @@
+"""The fast schedule (:func:`ppl_sbl.fast_ard.schedule`) as one compiled XLA program.
+
+The moves, the re-estimates' polish, the likelihood factor's update between passes and the
+stopping rule run in one ``lax.while_loop`` on buffers of a fixed capacity: the active columns
+Phi_A (N, cap), B = Phi^T diag(W) Phi_A and Phi^T Phi_A (M, cap), Sigma (cap, cap), mu (cap,) and
+the statistics S and Q (M,), with the slots past K (the active count) zero. It makes the same
+moves as the host schedule (:class:`ppl_sbl.fast_ard.schedule._Schedule`, whose docstrings give
+the rules), so the fit is the same to rounding.
+
+Where an add finds the buffers full, or the ELBO trace's buffer nearly so, the program returns
+to the host, which doubles the buffer and goes on with a program for the larger shape; the
+capacities are powers of two, so that nearby problems share programs.
+
+The likelihood factor is RVM regression's q(gamma) (:class:`ppl_sbl.fast_ard.GaussianNoise`):
+W = E[gamma] is the same for every point."""
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from . import jax_algebra as J
+from .passes import ADD, MOVES_PER_COEFFICIENT, REESTIMATE, UPDATE
+
+__all__ = ["supports", "run"]
+
+_COLLINEAR = 1e-10
+LOG_ALPHA_TOL = 1e-3
+MAX_ALIGNMENT = 1.0 - 1e-3
+MAX_SPREAD = 1e5
+_LINE_SEARCH = 30  # halvings of the joint Newton step
+_DAMPINGS = 40
+
+RUNNING, CONVERGED, STOPPED, GROW_ACTIVE, GROW_TRACE = 0, 1, 2, 3, 4
+MOVES, PASS_END = 0, 1
+
+
+class Data(NamedTuple):
+    """The fit's arrays: the design (N, M), its column norms h_m / E[gamma] (M,), the targets and
+    Phi^T t, and the scalars (traced: a new value does not compile a new program)."""
+
+    Phi: jax.Array
+    col_sq: jax.Array
+    t: jax.Array
+    proj: jax.Array
+    a0: jax.Array
+    b0: jax.Array
+    e0: jax.Array
+    f0: jax.Array
+    tol: jax.Array
+    max_passes: jax.Array
+    max_moves: jax.Array
+    exact: jax.Array  # the entry rule: the exact comparison (True) or q^2 > s and the alignment test
+
+
+class Buffers(NamedTuple):
+    """The active columns Phi_A (N, cap) and Phi^T Phi_A (M, cap): written only at the top of the
+    loop's body (in place), read everywhere else; B = Phi^T diag(W) Phi_A is E[gamma] Phi^T Phi_A."""
+
+    A: jax.Array
+    C: jax.Array
+    trace: jax.Array  # the ELBO after every step, and each step's kind (ADD, REESTIMATE or UPDATE)
+    events: jax.Array
+    length: jax.Array
+
+
+class State(NamedTuple):
+    Sigma: jax.Array
+    mu: jax.Array
+    index: jax.Array
+    K: jax.Array
+    x: jax.Array
+    S: jax.Array
+    Q: jax.Array
+    h: jax.Array
+    b: jax.Array
+    active: jax.Array
+    blocked: jax.Array
+    held: jax.Array
+    pending: jax.Array
+    e: jax.Array  # q(gamma) = Gamma(e, f)
+    f: jax.Array
+    g: jax.Array  # E[gamma] of the factor's current (W, r)
+    value: jax.Array
+    start: jax.Array
+    first: jax.Array
+    moves: jax.Array
+    passes: jax.Array
+    phase: jax.Array
+    status: jax.Array
+    recent: jax.Array  # the trace entries of the current step (cap + 1), and their number
+    recent_events: jax.Array
+    recent_n: jax.Array
+
+
+def supports(factor):
+    """Whether the compiled program fits this likelihood factor."""
+    from .factors import GaussianNoise
+
+    return type(factor) is GaussianNoise
+
+
+# --------------------------------------------------------------------------------------------------
+# the buffers
+# --------------------------------------------------------------------------------------------------
+def _slots(st):
+    return jnp.arange(st.mu.shape[0]) < st.K
+
+
+def _slot_index(st):
+    """The coefficient of each slot, M (out of range: dropped by scatters) past K."""
+    return jnp.where(_slots(st), st.index, st.x.shape[0])
+
+
+def _gather(v, st, fill=0.0):
+    return jnp.where(_slots(st), v[st.index], fill)
+
+
+def _block(st, buf):
+    """B_AA (cap, cap), zero outside the active block."""
+    valid = _slots(st)
+    return jnp.where(valid[:, None] & valid[None, :], st.g * buf.C[st.index], 0.0)
+
+
+def _padded(P, valid):
+    """P on the active block, the identity outside it."""
+    return jnp.where(valid[:, None] & valid[None, :], P, jnp.diag(jnp.where(valid, 0.0, 1.0)))
+
+
+def _refresh(st, buf):
+    """q(w) for the active set at the current E[alpha], and S, Q, exactly."""
+    valid = _slots(st)
+    P = _padded(_block(st, buf) + jnp.diag(_gather(st.x, st)), valid)
+    L, d = J.scaled_cholesky(P)
+    inv = J.inverse_from_cholesky(L, d)
+    Sigma = jnp.where(valid[:, None] & valid[None, :], inv, 0.0)
+    mu = Sigma @ _gather(st.b, st)
+    B = st.g * buf.C
+    return st._replace(Sigma=Sigma, mu=mu, S=st.h - jnp.sum((B @ Sigma) * B, axis=1), Q=st.b - B @ mu)
+
+
+def _set_factor(st, buf, data, limit):
+    """(W, r) from q(gamma); h, b and B for them; the frozen q(alpha) at the optimum (2); then q(w)
+    and the statistics exactly."""
+    g = st.e / st.f
+    h = g * data.col_sq
+    x_out, _ = J.frozen_optimum(h, data.a0, data.b0, limit)
+    st = st._replace(g=g, h=h, b=g * data.proj, x=jnp.where(st.active, st.x, x_out))
+    return _refresh(st, buf)
+
+
+def _leave_one_out(st):
+    valid = _slots(st)
+    idx = _slot_index(st)
+    xa, diag, sa = _gather(st.x, st, 1.0), jnp.diag(st.Sigma), _gather(st.S, st)
+    safe = jnp.where(valid, diag, 1.0)
+    sa_loo = jnp.where(xa * diag > 0.5, xa * sa / (xa - sa), 1.0 / safe - xa)
+    s = st.S.at[idx].set(sa_loo, mode="drop")
+    q = st.Q.at[idx].set(st.mu / safe, mode="drop")
+    return s, q
+
+
+def _spread(st):
+    return jnp.sum(_gather(st.h + st.x, st) * jnp.diag(st.Sigma))
+
+
+def _moments(st, buf, data):
+    """(mean (N,), sum of the variances of phi_n^T w) under the restricted q(w)."""
+    valid = _slots(st)
+    frozen_var = jnp.where(st.active, 0.0, 1.0 / (st.x + st.h))
+    G = jnp.where(valid[:, None] & valid[None, :], buf.C[st.index], 0.0)
+    return buf.A @ st.mu, jnp.sum(G * st.Sigma) + data.col_sq @ frozen_var
+
+
+def _elbo(st, buf, data, limit):
+    """The restricted-family ELBO: q(gamma)'s terms and the coefficients' (host: ``_Schedule.elbo``)."""
+    N, M = data.Phi.shape
+    mean, var_sum = _moments(st, buf, data)
+    residual = data.t - mean
+    error = residual @ residual + var_sum
+    e, f = st.e, st.f
+    lik = 0.5 * N * (jax.scipy.special.digamma(e) - jnp.log(f) - J.LOG_2PI) - 0.5 * (e / f) * error
+    lik = lik + J.gamma_prior_and_entropy(e, f, data.e0, data.f0, False)
+    valid = _slots(st)
+    idx = _slot_index(st)
+    frozen_var = 1.0 / (st.x + st.h)
+    second = frozen_var.at[idx].set(st.mu * st.mu + jnp.diag(st.Sigma), mode="drop")
+    shape = data.a0 + 0.5
+    rate = shape / st.x
+    e_log_alpha = jax.scipy.special.digamma(shape) - jnp.log(rate)
+    log_p_w = jnp.sum(0.5 * (e_log_alpha - J.LOG_2PI - st.x * second))
+    _, log_det = jnp.linalg.slogdet(_padded(st.Sigma, valid))
+    entropy_w = 0.5 * M * (1.0 + J.LOG_2PI) + 0.5 * (log_det + jnp.sum(jnp.where(st.active, 0.0, jnp.log(frozen_var))))
+    alpha = J.gamma_prior_and_entropy(jnp.full(M, shape), rate, data.a0, data.b0, limit)
+    return lik + log_p_w + alpha + entropy_w
+
+
+def _record(st, value, event):
+    return st._replace(value=value, recent=st.recent.at[st.recent_n].set(value),
+                       recent_events=st.recent_events.at[st.recent_n].set(event), recent_n=st.recent_n + 1)
+
+
+def _flush(st, buf):
+    """The current step's trace entries into the trace (in place)."""
+    return st._replace(recent_n=jnp.zeros_like(st.recent_n)), buf._replace(
+        trace=lax.dynamic_update_slice(buf.trace, st.recent, (buf.length,)),
+        events=lax.dynamic_update_slice(buf.events, st.recent_events, (buf.length,)),
+        length=buf.length + st.recent_n)
+
+
+# --------------------------------------------------------------------------------------------------
+# the moves
+# --------------------------------------------------------------------------------------------------
+def _best_move(st, data, floor, settle, limit):
+    """(found, kind, k, target, gain, settling slots): ``_Schedule.best_move``."""
+    cap = st.mu.shape[0]
+    valid = _slots(st)
+    s, q = _leave_one_out(st)
+    resolved = (st.h > 0) & (s >= _COLLINEAR * st.h) & ~st.held
+    entering = data.exact | (~st.blocked & (jnp.abs(q) > jnp.sqrt(jnp.maximum(s, 0.0))))
+    supported = ~st.active & resolved & entering
+    moving = valid & resolved[st.index]
+    root = jnp.sqrt(jnp.where(supported, s, 1.0))
+    gap = (jnp.where(supported, q, 0.0) - root) * (jnp.where(supported, q, 0.0) + root)
+    guess = jnp.where(st.active, st.x, jnp.where(gap > 0, s * s / jnp.where(gap > 0, gap, 1.0), st.x))
+    rows = supported | jnp.zeros_like(supported).at[_slot_index(st)].set(moving, mode="drop")
+    x_in, value_in = J.warm_optimum(s, q, data.a0, data.b0, guess, rows, limit)
+    # the active candidates, by slot
+    xa, sa, qa, ha = (_gather(v, st, 1.0) for v in (st.x, s, q, st.h))
+    xa_in, va_in = _gather(x_in, st, 1.0), _gather(value_in, st)
+    gain_a = J.in_model_change(xa, xa_in, sa, qa, data.a0, data.b0, limit)
+    if limit:
+        gain_a = jnp.where(jnp.isfinite(xa_in), gain_a, va_in - J.f_in(xa, sa, qa, data.a0, data.b0, limit))
+    small = jnp.abs(jnp.log(xa_in / xa)) < LOG_ALPHA_TOL
+    spread = _spread(st)
+    diag = jnp.diag(st.Sigma)
+    own_a = (ha + xa_in) / (xa_in + sa) - (ha + xa) * diag
+    wide_a = spread + own_a > jnp.maximum(MAX_SPREAD, spread)
+    moved = sa / (xa + sa) * jnp.abs(xa_in - xa) / jnp.maximum(xa_in, xa)
+    settling = moving & (moved >= settle) & (gain_a > 0) & ~wide_a
+    gain_a = jnp.where(moving & ~small & ~wide_a, gain_a, -jnp.inf)
+    # the frozen candidates, by coefficient
+    own_f = (st.h + x_in) / (x_in + s)
+    wide_f = spread + own_f > jnp.maximum(MAX_SPREAD, spread)
+    gain_f = value_in - J.frozen_value(st.x, st.h, data.a0, data.b0, limit)
+    gain_f = jnp.where(supported & ~wide_f, gain_f, -jnp.inf)
+    gains = jnp.concatenate([gain_a, gain_f])
+    gains = jnp.where(jnp.isnan(gains), -jnp.inf, gains)
+    j = jnp.argmax(gains)
+    gain = gains[j]
+    found = gain > floor
+    is_add = j >= cap
+    k = jnp.where(is_add, j - cap, st.index[jnp.minimum(j, cap - 1)])
+    target = jnp.where(is_add, x_in[jnp.maximum(j - cap, 0)], xa_in[jnp.minimum(j, cap - 1)])
+    return found, jnp.where(is_add, ADD, REESTIMATE), k, target, gain, settling & ~found
+
+
+def _reestimate(st, buf, k, x_new, j):
+    """E[alpha_k] of active k (slot j) to x_new: ``_Schedule.reestimate``. Returns (made, state)."""
+    valid = _slots(st)
+    delta = x_new - st.x[k]
+    col = st.Sigma[:, j]
+    denom = 1.0 + delta * col[j]
+    ok = (denom > 0) & (col[j] > 0) & jnp.isfinite(x_new)
+    kappa = delta / denom
+    weight = jnp.where(valid, _gather(st.h + st.x, st), 0.0)
+    spread = weight @ jnp.diag(st.Sigma)
+    after = spread - kappa * (weight @ (col * col)) + delta * col[j] / denom
+    ok = ok & ~((after > MAX_SPREAD) & (after > spread))
+
+    def apply(st):
+        mu_j = st.mu[j]
+        e = st.g * (buf.C @ col)
+        return st._replace(Sigma=st.Sigma - kappa * jnp.outer(col, col), mu=st.mu - kappa * mu_j * col,
+                           S=st.S + kappa * e * e, Q=st.Q + kappa * mu_j * e, x=st.x.at[k].set(x_new))
+
+    return ok, lax.cond(ok, apply, lambda st: st, st)
+
+
+def _add(st, buf, data, k, x_new):
+    """Coefficient k joins the model with E[alpha_k] = x_new: ``_Schedule.add``. Returns (made,
+    state, Phi^T phi_k): the caller writes phi_k and Phi^T phi_k into the buffers' slot K."""
+    K = st.K
+    valid = _slots(st)
+    z = st.Sigma @ (st.g * buf.C[k])
+    sigma_kk = 1.0 / (x_new + st.S[k])
+    ok = (sigma_kk > 0) & jnp.isfinite(sigma_kk)
+    weight = jnp.where(valid, _gather(st.h + st.x, st), 0.0)
+    spread = weight @ jnp.diag(st.Sigma)
+    after = spread + sigma_kk * (weight @ (z * z)) + (st.h[k] + x_new) * sigma_kk
+    ok = ok & ~((after > MAX_SPREAD) & (after > spread))
+
+    def apply(st):
+        c = data.Phi.T @ data.Phi[:, k]
+        blocked = st.blocked | (jnp.abs(c) > MAX_ALIGNMENT * jnp.sqrt(data.col_sq[k] * data.col_sq))
+        mu_k = sigma_kk * st.Q[k]
+        e = st.g * (c - buf.C @ z)
+        Sigma = st.Sigma + sigma_kk * jnp.outer(z, z)
+        Sigma = Sigma.at[:, K].set(-sigma_kk * z).at[K, :].set(-sigma_kk * z).at[K, K].set(sigma_kk)
+        mu = (st.mu - mu_k * z).at[K].set(mu_k)
+        return st._replace(Sigma=Sigma, mu=mu, S=st.S - sigma_kk * e * e, Q=st.Q - mu_k * e,
+                           index=st.index.at[K].set(k), K=K + 1, x=st.x.at[k].set(x_new),
+                           active=st.active.at[k].set(True), blocked=blocked), c
+
+    new, c = lax.cond(ok, apply, lambda st: (st, jnp.zeros_like(st.S)), st)
+    return ok, new, c
+
+
+def _joint_value(st, buf, x_active):
+    """(F, Sigma, ok) of ``_Schedule.joint_value`` at the active precisions ``x_active`` (cap,)."""
+    valid = _slots(st)
+    P = _padded(_block(st, buf) + jnp.diag(x_active), valid)
+    L, d = J.scaled_cholesky(P)
+    ok = jnp.all(jnp.isfinite(L))
+    Lsafe = jnp.where(ok, L, jnp.eye(L.shape[0]))
+    Sigma = jnp.where(valid[:, None] & valid[None, :], J.inverse_from_cholesky(Lsafe, d), 0.0)
+    ba = _gather(st.b, st)
+    mu = Sigma @ ba
+    log_det = 2.0 * jnp.sum(jnp.log(jnp.diag(Lsafe))) - 2.0 * jnp.sum(jnp.where(valid, jnp.log(d), 0.0))
+    return 0.5 * ba @ mu - 0.5 * log_det, Sigma, ok
+
+
+def _log_newton_step(x, g, H, free):
+    """``algebra.log_newton_step`` on the ``free`` slots (the others' entries of the step are 0).
+    Returns (step, ok)."""
+    grad = jnp.where(free, x * g, 0.0)
+    neg = -(x[:, None] * H * x[None, :] + jnp.diag(x * g))
+    neg = 0.5 * (neg + neg.T)
+    neg = _padded(neg, free)
+    finite = jnp.all(jnp.isfinite(neg))
+    neg = jnp.where(finite, neg, jnp.eye(neg.shape[0]))
+    top = jnp.max(jnp.where(free, jnp.abs(jnp.diag(neg)), 0.0))
+    base = 1e-12 * jnp.where(top > 0, top, 1.0)
+    lowest = jnp.linalg.eigvalsh(neg)[0]
+    power = jnp.where(lowest > 0, 0, 1 + jnp.maximum(0, jnp.ceil(jnp.log2(jnp.maximum(-lowest / base, 1.0)))))
+    eye = jnp.diag(jnp.where(free, 1.0, 0.0))
+
+    def attempt(n):
+        damping = jnp.where(n == 0, 0.0, base * 2.0 ** (n - 1))
+        return jnp.linalg.cholesky(neg + damping * eye)
+
+    def cond(carry):
+        n, L = carry
+        return (n < _DAMPINGS) & ~jnp.all(jnp.isfinite(L))
+
+    def body(carry):
+        n, _ = carry
+        return n + 1, attempt(n + 1)
+
+    n0 = power.astype(jnp.int32)
+    n, L = lax.while_loop(cond, body, (n0, attempt(n0)))
+    ok = finite & (n < _DAMPINGS) & jnp.all(jnp.isfinite(L))
+    L = jnp.where(ok, L, jnp.eye(L.shape[0]))
+    step = jax.scipy.linalg.cho_solve((L, True), grad)
+    return jnp.where(free, step, 0.0), ok
+
+
+def _newton_polish(st, buf, data, settle):
+    """One Newton step on F in ln x over the free active precisions: ``_Schedule.newton_polish``.
+    Returns (made, gain, state)."""
+    valid = _slots(st)
+    s, _ = _leave_one_out(st)
+    xa = _gather(st.x, st, 1.0)
+    sa, ha = _gather(s, st), _gather(st.h, st)
+    free = valid & (sa >= _COLLINEAR * ha) & ~_gather(st.held, st, False)
+    shape = data.a0 + 0.5
+
+    def prior(x):
+        return jnp.sum(jnp.where(valid, shape * jnp.log(x) - data.b0 * x, 0.0))
+
+    start, _, start_ok = _joint_value(st, buf, xa)
+    start = start + prior(xa)
+    diag = jnp.diag(st.Sigma)
+    g = shape / xa - data.b0 - 0.5 * (st.mu * st.mu + diag)
+    H = jnp.outer(st.mu, st.mu) * st.Sigma + 0.5 * st.Sigma * st.Sigma - jnp.diag(shape / (xa * xa))
+    step, step_ok = _log_newton_step(xa, g, H, free)
+    weight = jnp.where(free, sa / (xa + sa), 0.0)
+    # the line search: 0 searching, 1 found, 2 none
+    def cond(carry):
+        n, _, outcome, _, _ = carry
+        return (n < _LINE_SEARCH) & (outcome == 0)
+
+    def body(carry):
+        n, t, _, _, _ = carry
+        trial = jnp.where(free, xa * jnp.exp(t * step), xa)
+        finite = jnp.all(jnp.isfinite(trial) & (trial > 0))
+        safe = jnp.where(finite, trial, xa)
+        moved = jnp.max(weight * jnp.abs(safe - xa) / jnp.maximum(safe, xa))
+        value, Sigma, ok = _joint_value(st, buf, safe)
+        value = value + prior(safe)
+        wide = (ha + safe) @ jnp.where(valid, jnp.diag(Sigma), 0.0) > MAX_SPREAD
+        outcome = jnp.where(~finite, 0, jnp.where(~(moved >= settle), 2, jnp.where(
+            ok & wide, 2, jnp.where(ok & (value > start), 1, 0))))
+        return n + 1, 0.5 * t, outcome, safe, value
+
+    go = jnp.any(free) & start_ok & step_ok & (st.K > 0)
+    _, _, outcome, trial, value = lax.while_loop(
+        cond, body, (jnp.where(go, 0, _LINE_SEARCH), jnp.asarray(1.0), jnp.asarray(0), xa, start))
+    made = go & (outcome == 1)
+
+    def apply(st):
+        return _refresh(st._replace(x=st.x.at[_slot_index(st)].set(trial, mode="drop")), buf)
+
+    return made, value - start, lax.cond(made, apply, lambda st: st, st)
+
+
+def _polish(st, buf, data, budget, settle, limit):
+    """``_Schedule.polish``: the joint Newton step where it makes one, else one cycle over the
+    pending re-estimates in slot order. Returns the state with its moves recorded, and whether it
+    made any."""
+    pending = st.pending
+    st = st._replace(pending=jnp.zeros_like(pending))
+    made, gain, new = lax.cond(jnp.any(pending) & (budget > 0), lambda st: _newton_polish(st, buf, data, settle),
+                               lambda st: (jnp.asarray(False), jnp.asarray(0.0), st), st)
+
+    def newton(_):
+        new2 = new._replace(moves=new.moves + 1)
+        return _record(new2, new2.value + gain, REESTIMATE), True
+
+    def cycle(_):
+        def one(j, carry):
+            st, count = carry
+            k = st.index[j]
+            x, diag, S_k = st.x[k], st.Sigma[j, j], st.S[k]
+            s = jnp.where(x * diag > 0.5, x * S_k / (x - S_k), 1.0 / jnp.where(diag > 0, diag, 1.0) - x)
+            go = pending[j] & (count < budget) & (s >= _COLLINEAR * st.h[k])
+            s1 = jnp.where(go, s, 1.0)
+            q = st.mu[j] / jnp.where(diag > 0, diag, 1.0)
+            x_new, _ = J.optimum(s1[None], jnp.where(go, q, 0.0)[None], data.a0, data.b0, limit)
+            x_new = x_new[0]
+            go = go & jnp.isfinite(x_new) & (s1 / (x + s1) * jnp.abs(x_new - x) / jnp.maximum(x_new, x) >= settle)
+            gain = J.in_model_change(x, x_new, s1, q, data.a0, data.b0, limit)
+            go = go & (gain > 0)
+
+            def move(carry):
+                st, count = carry
+                ok, st = _reestimate(st, buf, k, x_new, j)
+                recorded = _record(st._replace(moves=st.moves + 1), st.value + gain, REESTIMATE)
+                return lax.cond(ok, lambda _: (recorded, count + 1),
+                                lambda _: (st._replace(held=st.held.at[k].set(True)), count), None)
+
+            return lax.cond(go, move, lambda c: c, (st, count))
+
+        st2, count = lax.fori_loop(0, pending.shape[0], one, (st, 0))
+        return st2, count > 0
+
+    return lax.cond(made, newton, cycle, None)
+
+
+# --------------------------------------------------------------------------------------------------
+# the passes
+# --------------------------------------------------------------------------------------------------
+def _move_step(st, buf, data, per_pass, limit):
+    """One step of a pass: the best move, or the polish where none is left, or the pass's end
+    (``run_passes``'s inner loop). Returns the state and buffers after it."""
+    budget = jnp.minimum(data.max_moves - st.moves, per_pass - (st.moves - st.first))
+    settle = jnp.sqrt(data.tol)
+    floor = data.tol * jnp.maximum(1.0, jnp.abs(st.value))
+    found, kind, k, target, gain, settling = _best_move(st, data, floor, settle, limit)
+    cap = st.mu.shape[0]
+    K = st.K
+    room = buf.length + cap + 3 <= buf.trace.shape[0]
+    action = jnp.where(~room, 5, jnp.where(budget <= 0, 0, jnp.where(~found, 1, jnp.where(
+        kind == REESTIMATE, 2, jnp.where(K >= cap, 3, 4)))))
+    none = jnp.zeros_like(st.S)
+
+    def end(st):
+        return st._replace(phase=PASS_END), none
+
+    def polish(st):
+        st, made = _polish(st._replace(pending=settling), buf, data, budget, settle, limit)
+        return lax.cond(made, lambda s: s, lambda s: s._replace(phase=PASS_END), st), none
+
+    def made(ok, st):
+        recorded = _record(st._replace(moves=st.moves + 1), st.value + gain, kind)
+        return lax.cond(ok, lambda _: recorded, lambda _: st._replace(held=st.held.at[k].set(True)), None)
+
+    def reestimate(st):
+        j = jnp.argmax((st.index == k) & _slots(st))
+        ok, st = _reestimate(st, buf, k, target, j)
+        return made(ok, st), none
+
+    def grow(st):
+        return st._replace(status=GROW_ACTIVE), none
+
+    def add(st):
+        ok, st, c = _add(st, buf, data, k, target)
+        return made(ok, st), c
+
+    def full(st):
+        return st._replace(status=GROW_TRACE), none
+
+    st, c = lax.switch(action, (end, polish, reestimate, grow, add, full), st)
+    written = st.K > K  # an add made: its column into slot K
+    slot = jnp.minimum(K, cap - 1).astype(jnp.int32)
+    phi = jnp.where(written, data.Phi[:, k], buf.A[:, slot])
+    c = jnp.where(written, c, buf.C[:, slot])
+    zero = jnp.zeros((), jnp.int32)
+    buf = buf._replace(A=lax.dynamic_update_slice(buf.A, phi[:, None], (zero, slot)),
+                       C=lax.dynamic_update_slice(buf.C, c[:, None], (zero, slot)))
+    return _flush(st, buf)
+
+
+def _pass_end(st, buf, data, limit, progress):
+    """q(gamma)'s update given q(w), the factor set afresh, the ELBO, the stopping rule."""
+    N = data.Phi.shape[0]
+    g_before = st.g
+    mean, var_sum = _moments(st, buf, data)
+    residual = data.t - mean
+    e = data.e0 + 0.5 * N
+    f = data.f0 + 0.5 * (residual @ residual + var_sum)
+    st = _set_factor(st._replace(e=e, f=f), buf, data, limit)
+    value = _elbo(st, buf, data, limit)
+    st = _record(st, value, UPDATE)
+    change = jnp.abs(st.g - g_before) / jnp.maximum(jnp.maximum(st.g, g_before), 1e-300)
+    if progress:
+        jax.debug.callback(_report, st.passes, st.moves, value, st.K)
+    converged = (st.moves == st.first) & (jnp.abs(value - st.start) <= data.tol * jnp.abs(value)) & (
+        change <= jnp.sqrt(data.tol))
+    stopped = (st.moves >= data.max_moves) | (st.passes >= data.max_passes)
+    status = jnp.where(st.moves >= data.max_moves, STOPPED, jnp.where(converged, CONVERGED, jnp.where(
+        stopped, STOPPED, RUNNING)))
+    going = status == RUNNING
+    return st._replace(status=status, passes=st.passes + going, start=value, first=st.moves, phase=MOVES,
+                       held=jnp.where(going, jnp.zeros_like(st.held), st.held))
+
+
+@functools.partial(jax.jit, static_argnames=("limit", "progress"), donate_argnums=(0, 1))
+def _program(st, buf, data, limit, progress):
+    """The passes from ``st`` until the fit stops or a buffer needs to grow."""
+    cap = st.mu.shape[0]
+    per_pass = MOVES_PER_COEFFICIENT * data.Phi.shape[1]
+
+    def moves(carry):
+        def cond(carry):
+            st, _ = carry
+            return (st.status == RUNNING) & (st.phase == MOVES)
+
+        return lax.while_loop(cond, lambda c: _move_step(*c, data, per_pass, limit), carry)
+
+    def passes(carry):
+        st, buf = moves(carry)
+        st = lax.cond(st.status == RUNNING, lambda s: _pass_end(s, buf, data, limit, progress), lambda s: s, st)
+        return _flush(st, buf)
+
+    st = st._replace(status=jnp.asarray(RUNNING))
+    return lax.while_loop(lambda c: c[0].status == RUNNING, passes, (st, buf))
+
+
+@functools.partial(jax.jit, static_argnames=("cap", "length", "limit"))
+def _start(data, e, f, cap, length, limit):
+    """The empty model with q(gamma) as the factor starts it: buffers, statistics, the ELBO."""
+    N, M = data.Phi.shape
+    zeros = jnp.zeros
+    buf = Buffers(A=zeros((N, cap)), C=zeros((M, cap)), trace=jnp.full(length, jnp.nan),
+                  events=zeros(length, jnp.int32), length=jnp.asarray(0, jnp.int32))
+    st = State(Sigma=zeros((cap, cap)), mu=zeros(cap), index=zeros(cap, jnp.int32), K=jnp.asarray(0, jnp.int32),
+               x=jnp.ones(M), S=zeros(M), Q=zeros(M), h=zeros(M), b=zeros(M), active=zeros(M, bool),
+               blocked=zeros(M, bool), held=zeros(M, bool), pending=zeros(cap, bool), e=e, f=f,
+               g=jnp.asarray(1.0), value=jnp.asarray(0.0), start=jnp.asarray(0.0), first=jnp.asarray(0),
+               moves=jnp.asarray(0), passes=jnp.asarray(1), phase=jnp.asarray(MOVES), status=jnp.asarray(RUNNING),
+               recent=zeros(cap + 1), recent_events=zeros(cap + 1, jnp.int32), recent_n=jnp.asarray(0, jnp.int32))
+    st = _set_factor(st, buf, data, limit)
+    value = _elbo(st, buf, data, limit)
+    return _flush(_record(st, value, 0)._replace(start=value), buf)
+
+
+def _grown(st, buf, cap=None, length=None):
+    """The state in buffers of capacity ``cap`` (slots) and ``length`` (trace entries)."""
+    def pad(a, axes, size):
+        widths = [(0, 0)] * a.ndim
+        for ax in axes:
+            widths[ax] = (0, size - a.shape[ax])
+        return jnp.pad(a, widths)
+
+    if cap is not None:
+        buf = buf._replace(A=pad(buf.A, [1], cap), C=pad(buf.C, [1], cap))
+        st = st._replace(recent=pad(st.recent, [0], cap + 1), recent_events=pad(st.recent_events, [0], cap + 1),
+                         Sigma=pad(st.Sigma, [0, 1], cap), mu=pad(st.mu, [0], cap), index=pad(st.index, [0], cap),
+                         pending=pad(st.pending, [0], cap))
+    if length is not None:
+        buf = buf._replace(trace=jnp.concatenate([buf.trace, jnp.full(length - buf.trace.shape[0], jnp.nan)]),
+                           events=pad(buf.events, [0], length))
+    return st, buf
+
+
+def _power_of_two(n):
+    return 1 << max(0, int(math.ceil(math.log2(max(n, 1)))))
+
+
+def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capacity=64, trace_length=None):
+    """The compiled fast schedule of one output with q(gamma) as the factor, in the units of
+    :func:`ppl_sbl.fast_ard.standard_units`: the arguments and result of
+    ``ppl_sbl.fast_ard.schedule._schedule``, the result as the fields of a
+    :class:`ppl_sbl.fast_ard.FastFit` (a dict). Sets the factor's (e, f) to the fit's q(gamma).
+    ``capacity`` and ``trace_length`` are the buffers' first sizes (powers of two; they double as
+    the fit needs; the default trace length is 4 M + 256 rounded up)."""
+    Phi = jnp.asarray(Phi, dtype=jnp.float64)
+    N, M = Phi.shape
+    t = jnp.asarray(factor.t, dtype=jnp.float64)
+    if not b0 > 0:
+        raise ValueError("The compiled schedule needs a proper Gamma prior on the precisions (a0, b0 > 0); "
+                         "fit Tipping & Faul's limit a0 = b0 = 0 with `compiled=False`.")
+    limit = False
+    big = np.iinfo(np.int64).max // 4
+    data = Data(Phi=Phi, col_sq=jnp.sum(Phi * Phi, axis=0), t=t, proj=Phi.T @ t, a0=jnp.asarray(float(a0)),
+                b0=jnp.asarray(float(b0)), e0=jnp.asarray(float(factor.e0)), f0=jnp.asarray(float(factor.f0)),
+                tol=jnp.asarray(float(tol)), max_passes=jnp.asarray(int(max_passes)),
+                max_moves=jnp.asarray(big if max_moves is None else int(max_moves)), exact=jnp.asarray(bool(exact)))
+    cap = min(_power_of_two(M), _power_of_two(capacity))
+    length = _power_of_two(4 * M + 256 if trace_length is None else trace_length)
+    st, buf = _start(data, jnp.asarray(float(factor.e)), jnp.asarray(float(factor.f)), cap, length, limit)
+    _PROGRESS.append(progress)
+    try:
+        while True:
+            st, buf = _program(st, buf, data, limit, progress is not None)
+            status = int(st.status)
+            if status == GROW_ACTIVE:
+                cap = min(2 * cap, _power_of_two(M))
+                st, buf = _grown(st, buf, cap=cap)
+            elif status == GROW_TRACE:
+                st, buf = _grown(st, buf, length=2 * buf.trace.shape[0])
+            else:
+                break
+    finally:
+        _PROGRESS.pop()
+    factor.e, factor.f = float(st.e), float(st.f)
+    out, trace = jax.device_get((st, buf))
+    K = int(out.K)
+    active = np.asarray(out.index[:K], dtype=np.intp)
+    x, h = np.asarray(out.x), np.asarray(out.h)
+    frozen_var = 1.0 / (x + h)
+    frozen_var[active] = 0.0
+    s, q = (np.asarray(v) for v in jax.device_get(jax.jit(_leave_one_out)(st)))
+    n = int(trace.length)
+    return dict(active=active, mu=np.asarray(out.mu[:K]), Sigma=np.asarray(out.Sigma[:K, :K]), x=x,
+                   frozen_var=frozen_var, supported=np.abs(q[active]) > np.sqrt(np.maximum(s[active], 0.0)),
+                   elbo_trace=np.asarray(trace.trace[:n]), trace_events=np.asarray(trace.events[1:n], dtype=int),
+                   num_moves=int(out.moves), num_passes=int(out.passes), converged=status == CONVERGED)
+
+
+_PROGRESS = []  # the progress functions of the fits running, innermost last
+
+
+def _report(passes, moves, value, K):
+    """The host side of the progress callback: the running fit's ``progress(passes, moves, elbo,
+    active)``."""
+    if _PROGRESS and _PROGRESS[-1] is not None:
+        _PROGRESS[-1](int(passes), int(moves), float(value), int(K))

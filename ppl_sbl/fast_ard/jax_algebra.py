@@ -1,0 +1,221 @@
+"""One coefficient of the ARD family in JAX, for the compiled schedule
+(:mod:`ppl_sbl.fast_ard.compiled`): eq. (1) and (2) of :mod:`ppl_sbl.fast_ard`, their maximisers
+(the cubic (4) and the quadratic (5)) and the Gamma terms of the restricted-family ELBO, as
+:mod:`ppl_sbl.fast_ard.algebra` computes them on the host, on arrays of fixed shape.
+
+``limit`` (a Python bool) is Tipping & Faul's limit a0 = b0 = 0; a0 and b0 are otherwise
+traced, so a new value of either does not compile a new program."""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.scipy.special import digamma, gammaln
+
+LOG_2PI = math.log(2.0 * math.pi)
+_NEWTON_STEPS = 6
+_WARM_STEPS = 8
+_REAL = 1e-6  # |Im| / |root| below which a computed root of the cubic (4) counts as real
+_CARDANO_ROWS = 16  # rows that go through Cardano's formula one at a time before all of them do
+
+
+def prior_part(x, a0, b0, limit):
+    """a0 ln x - b0 x, 0 in the limit a0 = b0 = 0."""
+    return jnp.zeros_like(x) if limit else a0 * jnp.log(x) - b0 * x
+
+
+def f_in(x, s, q, a0, b0, limit):
+    """f_in(x) of eq. (1)."""
+    return 0.5 * q * q / (x + s) - 0.5 * jnp.log1p(s / x) + prior_part(x, a0, b0, limit)
+
+
+def frozen_value(x, h, a0, b0, limit):
+    """f_out(x) of eq. (2)."""
+    return -0.5 * jnp.log1p(h / x) + prior_part(x, a0, b0, limit)
+
+
+def excess(q, s):
+    """d = q^2/s - 1 without forming q^2 - s."""
+    root = jnp.sqrt(s)
+    aq = jnp.abs(q)
+    return (aq - root) * (aq + root) / s
+
+
+def d_minus_log1p(d):
+    """d - ln(1 + d), by its series where |d| < 1e-3."""
+    series = d * d * (1.0 / 2.0 - d * (1.0 / 3.0 - d * (1.0 / 4.0 - d * (1.0 / 5.0 - d / 6.0))))
+    return jnp.where(jnp.abs(d) < 1e-3, series, d - jnp.log1p(jnp.where(jnp.abs(d) < 1e-3, 0.0, d)))
+
+
+def cubic(s, q, a0, b0):
+    """(c3, c2, c1, c0) of the cubic (4) in u = x / s."""
+    beta = b0 * s
+    d = excess(q, s)
+    return 2.0 * beta, 4.0 * beta - 2.0 * a0, 2.0 * beta + d - 4.0 * a0, jnp.full_like(s, -(2.0 * a0 + 1.0))
+
+
+def _cubic_roots(c3, c2, c1, c0):
+    """The three complex roots (n, 3) of c3 u^3 + c2 u^2 + c1 u + c0 by Cardano's formula."""
+    p2, p1, p0 = c2 / c3, c1 / c3, c0 / c3
+    P = p1 - p2 * p2 / 3.0
+    Q = (2.0 * p2 * p2 * p2 / 27.0 - p2 * p1 / 3.0) + p0
+    root = jnp.sqrt((Q * Q / 4.0 + P * P * P / 27.0).astype(jnp.complex128))
+    inner = jnp.where(jnp.real(jnp.conj(root) * -Q) >= 0, -Q / 2.0 + root, -Q / 2.0 - root)
+    C = inner ** (1.0 / 3.0)
+    turns = jnp.exp(2j * jnp.pi * jnp.arange(3) / 3.0)
+    Ck = C[:, None] * turns[None, :]
+    safe = jnp.where(Ck == 0, 1.0, Ck)
+    t = jnp.where(Ck == 0, 0.0, Ck - P[:, None] / (3.0 * safe))
+    return t - p2[:, None] / 3.0
+
+
+def cubic_candidates(c3, c2, c1, c0):
+    """Positive real candidates (n, 6) for the roots of (4): the real roots of the cubic and of its
+    reversal, each polished by safeguarded Newton steps; NaN where none."""
+    n = c3.shape[0]
+    roots = _cubic_roots(jnp.concatenate([c3, c0]), jnp.concatenate([c2, c1]), jnp.concatenate([c1, c2]),
+                         jnp.concatenate([c0, c3]))
+    real = jnp.where(jnp.abs(roots.imag) <= _REAL * jnp.abs(roots), roots.real, jnp.nan)
+    u = jnp.concatenate([real[:n], 1.0 / real[n:]], axis=1)
+    u = jnp.where(jnp.isfinite(u) & (u > 0), u, jnp.nan)
+    C3, C2, C1, C0 = (c[:, None] for c in (c3, c2, c1, c0))
+
+    def poly(v):
+        return ((C3 * v + C2) * v + C1) * v + C0
+
+    def step(_, carry):
+        u, value = carry
+        slope = (3.0 * C3 * u + 2.0 * C2) * u + C1
+        trial = u - poly(u) / slope
+        trial_value = jnp.abs(poly(trial))
+        accept = jnp.isfinite(trial) & (trial > 0) & (trial_value <= value)
+        return jnp.where(accept, trial, u), jnp.where(accept, trial_value, value)
+
+    u, _ = lax.fori_loop(0, _NEWTON_STEPS, step, (u, jnp.abs(poly(u))))
+    return u
+
+
+def _cardano_optimum(s, q, a0, b0):
+    """The global maximiser of (1) over the candidates of :func:`cubic_candidates` (s > 0)."""
+    c3, c2, c1, c0 = cubic(s, q, a0, b0)
+    u = cubic_candidates(c3, c2, c1, c0)
+    xs = s[:, None] * u
+    f = f_in(xs, s[:, None], q[:, None], a0, b0, False)
+    f = jnp.where(jnp.isfinite(f), f, -jnp.inf)
+    best = jnp.argmax(f, axis=1)
+    return jnp.take_along_axis(xs, best[:, None], 1)[:, 0], jnp.take_along_axis(f, best[:, None], 1)[:, 0]
+
+
+def _limit_optimum(s, q):
+    """a0 = b0 = 0: x = s^2 / (q^2 - s) where q^2 > s, else inf with value 0."""
+    d = excess(q, s)
+    finite = d > 0
+    x = jnp.where(finite, s / jnp.where(finite, d, 1.0), jnp.inf)
+    return x, jnp.where(finite, 0.5 * d_minus_log1p(jnp.where(finite, d, 0.0)), 0.0)
+
+
+def optimum(s, q, a0, b0, limit):
+    """The global maximiser of (1) over x > 0 and f_in there, for s > 0."""
+    if limit:
+        return _limit_optimum(s, q)
+    return _cardano_optimum(s, q, a0, b0)
+
+
+def warm_optimum(s, q, a0, b0, start, rows, limit):
+    """:func:`optimum` on the rows ``rows`` (a mask; the others give NaN) from a guess ``start`` of
+    each maximiser: Newton steps on (4) from start / s where the cubic has one positive root (by
+    Descartes' rule of signs unless c2 < 0 < c1, else by its discriminant, clearly negative); the
+    other rows, and those whose steps do not settle to rounding in ``_WARM_STEPS``, go through
+    Cardano's formula (a few at a time, all at once where there are many)."""
+    s = jnp.where(rows, s, 1.0)
+    q = jnp.where(rows, q, 0.0)
+    if limit:
+        x, value = _limit_optimum(s, q)
+        return jnp.where(rows, x, jnp.nan), jnp.where(rows, value, jnp.nan)
+    c3, c2, c1, c0 = cubic(s, q, a0, b0)
+    d3, d2 = 3.0 * c3, 2.0 * c2
+
+    def cond(carry):
+        i, _, settled = carry
+        return (i < _WARM_STEPS) & ~jnp.all(settled | ~rows)
+
+    def body(carry):
+        i, u, _ = carry
+        step = (((c3 * u + c2) * u + c1) * u + c0) / ((d3 * u + d2) * u + c1)
+        u = u - step
+        return i + 1, u, jnp.abs(step) <= 1e-14 * u
+
+    _, u, settled = lax.while_loop(cond, body, (0, jnp.where(rows, start / s, 1.0), jnp.zeros(s.shape, bool)))
+    ok = settled & (u > 0) & jnp.isfinite(u)
+    terms = (18.0 * c3 * c2 * c1 * c0, -4.0 * c2**3 * c0, c2 * c2 * c1 * c1, -4.0 * c3 * c1**3, -27.0 * c3 * c3 * c0 * c0)
+    scale = jnp.max(jnp.abs(jnp.stack(terms)), axis=0)
+    maybe = (c2 < 0) & (c1 > 0)
+    ok = ok & ~(maybe & ~(sum(terms) < -1e-8 * scale))
+    x = s * u
+    value = f_in(x, s, q, a0, b0, False)
+    rest = rows & ~ok
+    count = jnp.sum(rest)
+
+    def few(xv):
+        x, value = xv
+        (picked,) = jnp.nonzero(rest, size=_CARDANO_ROWS, fill_value=0)
+        xr, vr = _cardano_optimum(s[picked], q[picked], a0, b0)
+        valid = jnp.arange(_CARDANO_ROWS) < count
+        target = jnp.where(valid, picked, s.shape[0])
+        return x.at[target].set(xr, mode="drop"), value.at[target].set(vr, mode="drop")
+
+    def every(xv):
+        x, value = xv
+        xr, vr = _cardano_optimum(s, q, a0, b0)
+        return jnp.where(rest, xr, x), jnp.where(rest, vr, value)
+
+    branch = jnp.where(count == 0, 0, jnp.where(count <= _CARDANO_ROWS, 1, 2))
+    x, value = lax.switch(branch, (lambda xv: xv, few, every), (x, value))
+    return jnp.where(rows, x, jnp.nan), jnp.where(rows, value, jnp.nan)
+
+
+def frozen_optimum(h, a0, b0, limit):
+    """The maximiser of (2) over x > 0 (the positive root of (5)), and f_out there."""
+    if limit:
+        return jnp.full_like(h, jnp.inf), jnp.zeros_like(h)
+    p = b0 * h - a0
+    disc = jnp.hypot(p, jnp.sqrt(2.0 * b0 * (2.0 * a0 + 1.0) * h))
+    x = jnp.where(p > 0, (2.0 * a0 + 1.0) * h / jnp.where(p > 0, p + disc, 1.0), (disc - p) / (2.0 * b0))
+    return x, frozen_value(x, h, a0, b0, False)
+
+
+def in_model_change(x, x_new, s, q, a0, b0, limit):
+    """f_in(x_new) - f_in(x) without the cancellation of the two values."""
+    step = x_new - x
+    out = 0.5 * (-q * q * step / ((x_new + s) * (x + s)) - jnp.log1p(step / (x + s)) + jnp.log1p(step / x))
+    if not limit:
+        out = out + a0 * jnp.log1p(step / x) - b0 * step
+    return out
+
+
+def gamma_prior_and_entropy(shape, rate, a0, b0, limit, mask=None):
+    """sum of E_q[ln Gamma(x | a0, b0)] + H[Gamma(shape, rate)] (over ``mask``); the limit a0 = b0 = 0
+    drops the improper prior's normaliser."""
+    mean, mean_log = shape / rate, digamma(shape) - jnp.log(rate)
+    terms = (a0 - 1.0) * mean_log - b0 * mean
+    if not limit:
+        terms = terms + a0 * jnp.log(b0) - gammaln(a0)
+    terms = terms + shape - jnp.log(rate) + gammaln(shape) + (1.0 - shape) * digamma(shape)
+    return jnp.sum(terms if mask is None else jnp.where(mask, terms, 0.0))
+
+
+def scaled_cholesky(P):
+    """(L, d): the Cholesky factor L of P scaled to a unit diagonal, d = 1/sqrt(diag P); L is NaN
+    where P is not positive definite to working precision."""
+    d = 1.0 / jnp.sqrt(jnp.diag(P))
+    return jnp.linalg.cholesky(P * d[:, None] * d[None, :]), d
+
+
+def inverse_from_cholesky(L, d):
+    """P^-1 from :func:`scaled_cholesky`'s (L, d), symmetrised."""
+    eye = jnp.eye(L.shape[0], dtype=L.dtype)
+    inv_L = jax.scipy.linalg.solve_triangular(L, eye, lower=True)
+    inv = (inv_L.T @ inv_L) * d[:, None] * d[None, :]
+    return 0.5 * (inv + inv.T)

@@ -1,0 +1,99 @@
+"""The fast schedule as one compiled program (ppl_sbl.fast_ard.compiled) against the host loop
+(ppl_sbl.fast_ard.schedule's _Schedule and run_passes): the same moves, the same fit to rounding,
+on random problems (random data and hyperparameters; the shapes fixed, so that the problems share
+their compiled programs)."""
+import numpy as np
+import pytest
+
+from ppl_sbl import fast_ard as F
+from ppl_sbl.fast_ard import compiled
+from ppl_sbl.fast_ard.units import standard_units
+
+from problems import random_regression
+
+N, M = 48, 22  # 24 columns with a zero column and a duplicate
+
+
+def _problem(seed):
+    rng = np.random.default_rng(seed)
+    Phi, t = random_regression(seed=seed, N=N, M=M, noise=float(rng.uniform(0.05, 0.5)))
+    Phi = np.column_stack([Phi, np.zeros(N), Phi[:, 0]])
+    return Phi, t, rng
+
+
+def _fit(Phi, t, a0, b0, e0, use_compiled, **kw):
+    s = float(np.std(t))
+    noise = F.GaussianNoise(t / s, e0, e0)
+    fit = F.schedule(Phi, noise, a0=a0, b0=b0, target_scale=s, compiled=use_compiled, **kw)
+    return fit, noise
+
+
+def _assert_same_fit(host, fast, host_noise, fast_noise):
+    assert fast.num_moves == host.num_moves and fast.num_passes == host.num_passes
+    assert fast.converged == host.converged
+    np.testing.assert_array_equal(fast.active, host.active)  # the same coefficients, entered in the same order
+    np.testing.assert_array_equal(fast.trace_events, host.trace_events)
+    np.testing.assert_allclose(fast.elbo_trace, host.elbo_trace, rtol=1e-10)
+    np.testing.assert_allclose(fast.mu, host.mu, rtol=1e-7, atol=1e-9 * np.max(np.abs(host.mu)))
+    np.testing.assert_allclose(fast.Sigma, host.Sigma, rtol=1e-7, atol=1e-9 * np.max(np.abs(host.Sigma)))
+    np.testing.assert_allclose(fast.x, host.x, rtol=1e-7)
+    np.testing.assert_array_equal(fast.supported, host.supported)
+    assert fast_noise.f == pytest.approx(host_noise.f, rel=1e-9)
+    assert fast.elbo == pytest.approx(host.elbo, rel=1e-10)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_schedule_makes_the_host_schedules_moves(seed):
+    """Vague and proper hyperpriors (the two entry rules) with random rates, per coefficient or one."""
+    Phi, t, rng = _problem(seed)
+    if seed % 2:
+        a0, b0, e0 = 10 ** rng.uniform(-0.5, 0.5), 10 ** rng.uniform(-1, 0), 10 ** rng.uniform(-1, 0.5)
+    else:
+        a0 = 1e-6 * 10 ** rng.uniform(-1, 1)
+        b0 = a0 * 10 ** rng.uniform(-1, 1, Phi.shape[1]) * np.var(t) / np.mean(Phi**2 + 1e-3, axis=0)
+        e0 = 1e-6
+    host, host_noise = _fit(Phi, t, a0, b0, e0, False)
+    fast, fast_noise = _fit(Phi, t, a0, b0, e0, True)
+    assert host.converged and host.num_moves > 0
+    _assert_same_fit(host, fast, host_noise, fast_noise)
+    # the ELBO never decreases along the compiled fit's trace
+    steps = np.diff(fast.elbo_trace)
+    assert np.all(steps >= -1e-9 * np.abs(fast.elbo_trace[1:]))
+
+
+def test_tipping_faul_limit_is_left_to_the_host_loop():
+    Phi, t, _ = _problem(7)
+    with pytest.raises(ValueError, match="compiled=False"):
+        _fit(Phi, t, 0.0, 0.0, 1e-6, True)
+
+
+def test_buffers_grow_and_limits_stop_the_fit_where_the_host_loop_stops():
+    """Buffers that start too small for the fit (the active block and the trace) grow between
+    calls of the program and give the same fit; ``max_moves`` and ``max_passes`` stop it as they
+    stop the host loop; progress is reported after every pass."""
+    Phi, t, rng = _problem(13)
+    a0, b0, e0 = 10 ** rng.uniform(-0.5, 0.5), 10 ** rng.uniform(-1, 0), 10 ** rng.uniform(-1, 0.5)
+    host, host_noise = _fit(Phi, t, a0, b0, e0, False)
+    assert len(host.active) > 16 and len(host.elbo_trace) > 128 - 16 - 3  # both buffers grow
+    s = float(np.std(t))
+    work, a0s, b0s, _, offset = standard_units(Phi, a0, b0, s)
+    noise = F.GaussianNoise(t / s, e0, e0)
+    reports = []
+    fields = compiled.run(work, noise, a0s, b0s, 1e-9, 1000, None, lambda *r: reports.append(r), True, capacity=16,
+                          trace_length=128)
+    fast = F.FastFit(**fields)
+    _assert_same_fit(host, fast._replace(elbo_trace=fast.elbo_trace + offset), host_noise, noise)
+    assert [r[0] for r in reports] == list(range(1, host.num_passes + 1))
+    assert reports[-1][1] == host.num_moves and reports[-1][3] == len(host.active)
+    for limits in (dict(max_moves=7), dict(max_passes=2)):
+        a, _ = _fit(Phi, t, 1e-6, 1e-6, 1e-6, False, **limits)
+        b, _ = _fit(Phi, t, 1e-6, 1e-6, 1e-6, True, **limits)
+        assert not a.converged and not b.converged
+        assert (a.num_moves, a.num_passes) == (b.num_moves, b.num_passes)
+        np.testing.assert_allclose(b.elbo_trace, a.elbo_trace, rtol=1e-10)
+
+
+def test_compiled_true_for_a_factor_without_a_compiled_form_is_a_named_error():
+    Phi, t, _ = _problem(0)
+    with pytest.raises(ValueError, match="compiled"):
+        F.schedule(Phi, F.JaakkolaJordan((t > 0).astype(float)), compiled=True)
