@@ -37,7 +37,7 @@ _LINE_SEARCH = 30  # halvings of the joint Newton step
 _DAMPINGS = 40
 
 RUNNING, CONVERGED, STOPPED, GROW_ACTIVE, GROW_TRACE = 0, 1, 2, 3, 4
-MOVES, PASS_END = 0, 1
+MOVES, PASS_END, START = 0, 1, 2
 
 
 class Data(NamedTuple):
@@ -138,7 +138,11 @@ def _refresh(st, buf):
     P = _padded(_block(st, buf) + jnp.diag(_gather(st.x, st)), valid)
     L, d = J.scaled_cholesky(P)
     inv = J.inverse_from_cholesky(L, d)
-    Sigma = jnp.where(valid[:, None] & valid[None, :], inv, 0.0)
+    return _statistics(st, buf, jnp.where(valid[:, None] & valid[None, :], inv, 0.0))
+
+
+def _statistics(st, buf, Sigma):
+    """The state with q(w)'s covariance ``Sigma`` (zero outside the active block), its mean and S, Q."""
     mu = Sigma @ _gather(st.b, st)
     B = st.g * buf.C
     return st._replace(Sigma=Sigma, mu=mu, S=st.h - jnp.sum((B @ Sigma) * B, axis=1), Q=st.b - B @ mu)
@@ -369,42 +373,41 @@ def _newton_polish(st, buf, data, settle):
     sa, ha = _gather(s, st), _gather(st.h, st)
     free = valid & (sa >= _COLLINEAR * ha) & ~_gather(st.held, st, False)
     shape = data.a0 + 0.5
-
-    def prior(x):
-        return jnp.sum(jnp.where(valid, shape * jnp.log(x) - data.b0 * x, 0.0))
-
-    start, _, start_ok = _joint_value(st, buf, xa)
-    start = start + prior(xa)
     diag = jnp.diag(st.Sigma)
     g = shape / xa - data.b0 - 0.5 * (st.mu * st.mu + diag)
     H = jnp.outer(st.mu, st.mu) * st.Sigma + 0.5 * st.Sigma * st.Sigma - jnp.diag(shape / (xa * xa))
     step, step_ok = _log_newton_step(xa, g, H, free)
     weight = jnp.where(free, sa / (xa + sa), 0.0)
-    # the line search: 0 searching, 1 found, 2 none
+
+    # F at the current precisions (n = 0), then along the step halved until F rises (n >= 1):
+    # outcome 0 searching, 1 found, 2 none
     def cond(carry):
-        n, _, outcome, _, _ = carry
-        return (n < _LINE_SEARCH) & (outcome == 0)
+        return (carry[0] <= _LINE_SEARCH) & (carry[2] == 0)
 
     def body(carry):
-        n, t, _, _, _ = carry
-        trial = jnp.where(free, xa * jnp.exp(t * step), xa)
-        finite = jnp.all(jnp.isfinite(trial) & (trial > 0))
-        safe = jnp.where(finite, trial, xa)
+        n, t, _, start, _, _, _ = carry
+        point = jnp.where(free & (n > 0), xa * jnp.exp(t * step), xa)
+        finite = jnp.all(jnp.isfinite(point) & (point > 0))
+        safe = jnp.where(finite, point, xa)
         moved = jnp.max(weight * jnp.abs(safe - xa) / jnp.maximum(safe, xa))
         value, Sigma, ok = _joint_value(st, buf, safe)
-        value = value + prior(safe)
+        value = value + jnp.sum(jnp.where(valid, shape * jnp.log(safe) - data.b0 * safe, 0.0))
         wide = (ha + safe) @ jnp.where(valid, jnp.diag(Sigma), 0.0) > MAX_SPREAD
         outcome = jnp.where(~finite, 0, jnp.where(~(moved >= settle), 2, jnp.where(
             ok & wide, 2, jnp.where(ok & (value > start), 1, 0))))
-        return n + 1, 0.5 * t, outcome, safe, value
+        first = n == 0
+        outcome = jnp.where(first, jnp.where(ok, 0, 2), outcome)
+        return (n + 1, jnp.where(first, 1.0, 0.5 * t), outcome, jnp.where(first, value, start), safe, value,
+                Sigma)
 
-    go = jnp.any(free) & start_ok & step_ok & (st.K > 0)
-    _, _, outcome, trial, value = lax.while_loop(
-        cond, body, (jnp.where(go, 0, _LINE_SEARCH), jnp.asarray(1.0), jnp.asarray(0), xa, start))
+    go = jnp.any(free) & step_ok & (st.K > 0)
+    start = (jnp.where(go, 0, _LINE_SEARCH + 1), jnp.asarray(1.0), jnp.asarray(0), jnp.asarray(0.0), xa,
+             jnp.asarray(0.0), st.Sigma)
+    _, _, outcome, start, trial, value, Sigma = lax.while_loop(cond, body, start)
     made = go & (outcome == 1)
 
     def apply(st):
-        return _refresh(st._replace(x=st.x.at[_slot_index(st)].set(trial, mode="drop")), buf)
+        return _statistics(st._replace(x=st.x.at[_slot_index(st)].set(trial, mode="drop")), buf, Sigma)
 
     return made, value - start, lax.cond(made, apply, lambda st: st, st)
 
@@ -507,25 +510,27 @@ def _move_step(st, buf, data, per_pass, limit):
 
 
 def _pass_end(st, buf, data, limit, progress):
-    """q(gamma)'s update given q(w), the factor set afresh, the ELBO, the stopping rule."""
+    """q(gamma)'s update given q(w), the factor set afresh, the ELBO, the stopping rule. At the
+    start of a fit (phase ``START``), the factor as it is set into the empty model, and its ELBO."""
     N = data.Phi.shape[0]
+    starting = st.phase == START
     g_before = st.g
     mean, var_sum = _moments(st, buf, data)
     residual = data.t - mean
-    e = data.e0 + 0.5 * N
-    f = data.f0 + 0.5 * (residual @ residual + var_sum)
+    e = jnp.where(starting, st.e, data.e0 + 0.5 * N)
+    f = jnp.where(starting, st.f, data.f0 + 0.5 * (residual @ residual + var_sum))
     st = _set_factor(st._replace(e=e, f=f), buf, data, limit)
     value = _elbo(st, buf, data, limit)
-    st = _record(st, value, UPDATE)
+    st = _record(st, value, jnp.where(starting, 0, UPDATE))
     change = jnp.abs(st.g - g_before) / jnp.maximum(jnp.maximum(st.g, g_before), 1e-300)
     if progress:
-        jax.debug.callback(_report, st.passes, st.moves, value, st.K)
-    converged = (st.moves == st.first) & (jnp.abs(value - st.start) <= data.tol * jnp.abs(value)) & (
+        jax.debug.callback(_report, st.passes, st.moves, value, st.K, starting)
+    converged = ~starting & (st.moves == st.first) & (jnp.abs(value - st.start) <= data.tol * jnp.abs(value)) & (
         change <= jnp.sqrt(data.tol))
-    stopped = (st.moves >= data.max_moves) | (st.passes >= data.max_passes)
-    status = jnp.where(st.moves >= data.max_moves, STOPPED, jnp.where(converged, CONVERGED, jnp.where(
+    stopped = ~starting & ((st.moves >= data.max_moves) | (st.passes >= data.max_passes))
+    status = jnp.where(~starting & (st.moves >= data.max_moves), STOPPED, jnp.where(converged, CONVERGED, jnp.where(
         stopped, STOPPED, RUNNING)))
-    going = status == RUNNING
+    going = (status == RUNNING) & ~starting
     return st._replace(status=status, passes=st.passes + going, start=value, first=st.moves, phase=MOVES,
                        held=jnp.where(going, jnp.zeros_like(st.held), st.held))
 
@@ -552,9 +557,8 @@ def _program(st, buf, data, limit, progress):
     return lax.while_loop(lambda c: c[0].status == RUNNING, passes, (st, buf))
 
 
-@functools.partial(jax.jit, static_argnames=("cap", "length", "limit"))
-def _start(data, e, f, cap, length, limit):
-    """The empty model with q(gamma) as the factor starts it: buffers, statistics, the ELBO."""
+def _start(data, e, f, cap, length):
+    """The empty model, to be started by the program (phase ``START``)."""
     N, M = data.Phi.shape
     zeros = jnp.zeros
     buf = Buffers(A=zeros((N, cap)), C=zeros((M, cap)), trace=jnp.full(length, jnp.nan),
@@ -563,11 +567,9 @@ def _start(data, e, f, cap, length, limit):
                x=jnp.ones(M), S=zeros(M), Q=zeros(M), h=zeros(M), b=zeros(M), active=zeros(M, bool),
                blocked=zeros(M, bool), held=zeros(M, bool), pending=zeros(cap, bool), e=e, f=f,
                g=jnp.asarray(1.0), value=jnp.asarray(0.0), start=jnp.asarray(0.0), first=jnp.asarray(0),
-               moves=jnp.asarray(0), passes=jnp.asarray(1), phase=jnp.asarray(MOVES), status=jnp.asarray(RUNNING),
+               moves=jnp.asarray(0), passes=jnp.asarray(1), phase=jnp.asarray(START), status=jnp.asarray(RUNNING),
                recent=zeros(cap + 1), recent_events=zeros(cap + 1, jnp.int32), recent_n=jnp.asarray(0, jnp.int32))
-    st = _set_factor(st, buf, data, limit)
-    value = _elbo(st, buf, data, limit)
-    return _flush(_record(st, value, 0)._replace(start=value), buf)
+    return st, buf
 
 
 def _grown(st, buf, cap=None, length=None):
@@ -614,7 +616,7 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
                 max_moves=jnp.asarray(big if max_moves is None else int(max_moves)), exact=jnp.asarray(bool(exact)))
     cap = min(_power_of_two(M), _power_of_two(capacity))
     length = _power_of_two(4 * M + 256 if trace_length is None else trace_length)
-    st, buf = _start(data, jnp.asarray(float(factor.e)), jnp.asarray(float(factor.f)), cap, length, limit)
+    st, buf = _start(data, jnp.asarray(float(factor.e)), jnp.asarray(float(factor.f)), cap, length)
     _PROGRESS.append(progress)
     try:
         while True:
@@ -647,8 +649,8 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
 _PROGRESS = []  # the progress functions of the fits running, innermost last
 
 
-def _report(passes, moves, value, K):
+def _report(passes, moves, value, K, starting):
     """The host side of the progress callback: the running fit's ``progress(passes, moves, elbo,
-    active)``."""
-    if _PROGRESS and _PROGRESS[-1] is not None:
+    active)`` after every pass."""
+    if not starting and _PROGRESS and _PROGRESS[-1] is not None:
         _PROGRESS[-1](int(passes), int(moves), float(value), int(K))

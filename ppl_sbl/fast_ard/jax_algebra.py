@@ -125,9 +125,9 @@ def optimum(s, q, a0, b0, limit):
 
 def warm_optimum(s, q, a0, b0, start, rows, limit):
     """:func:`optimum` on the rows ``rows`` (a mask; the others give NaN) from a guess ``start`` of
-    each maximiser: Newton steps on (4) from start / s where the cubic has one positive root (by
-    Descartes' rule of signs unless c2 < 0 < c1, else by its discriminant, clearly negative); the
-    other rows, and those whose steps do not settle to rounding in ``_WARM_STEPS``, go through
+    each maximiser: ``_WARM_STEPS`` Newton steps on (4) from start / s where the cubic has one
+    positive root (by Descartes' rule of signs unless c2 < 0 < c1, else by its discriminant,
+    clearly negative); the other rows, and those whose last step is not at rounding, go through
     Cardano's formula (a few at a time, all at once where there are many)."""
     s = jnp.where(rows, s, 1.0)
     q = jnp.where(rows, q, 0.0)
@@ -137,17 +137,11 @@ def warm_optimum(s, q, a0, b0, start, rows, limit):
     c3, c2, c1, c0 = cubic(s, q, a0, b0)
     d3, d2 = 3.0 * c3, 2.0 * c2
 
-    def cond(carry):
-        i, _, settled = carry
-        return (i < _WARM_STEPS) & ~jnp.all(settled | ~rows)
-
-    def body(carry):
-        i, u, _ = carry
+    u = jnp.where(rows, start / s, 1.0)
+    for _ in range(_WARM_STEPS):
         step = (((c3 * u + c2) * u + c1) * u + c0) / ((d3 * u + d2) * u + c1)
         u = u - step
-        return i + 1, u, jnp.abs(step) <= 1e-14 * u
-
-    _, u, settled = lax.while_loop(cond, body, (0, jnp.where(rows, start / s, 1.0), jnp.zeros(s.shape, bool)))
+    settled = jnp.abs(step) <= 1e-14 * u
     ok = settled & (u > 0) & jnp.isfinite(u)
     terms = (18.0 * c3 * c2 * c1 * c0, -4.0 * c2**3 * c0, c2 * c2 * c1 * c1, -4.0 * c3 * c1**3, -27.0 * c3 * c3 * c0 * c0)
     scale = jnp.max(jnp.abs(jnp.stack(terms)), axis=0)
