@@ -31,6 +31,9 @@ noiseless test targets. Peers, in this order:
 ``cavi_fast``
     ``ppl_sbl.CAVI(rvm.regression, schedule="fast", progress_bar=False).run(Phi, t)``: the fast
     variational schedule (:mod:`ppl_sbl.fast_ard`).
+``cavi_fast_compiled``
+    ``cavi_fast`` with ``compiled=True``: the same schedule as one compiled XLA program
+    (:mod:`ppl_sbl.fast_ard.compiled`; its first call at a size compiles it).
 ``cavi``
     ``ppl_sbl.CAVI(rvm.regression, schedule="sweep", progress_bar=False).run(Phi, t)``: our variational
     sweep.
@@ -314,6 +317,8 @@ def regression_peers():
                                                               progress_bar=False), describe_sequential_sbl),
         "cavi_fast": Peer(lambda p: ppl_sbl.CAVI(rvm.regression, schedule="fast", progress_bar=False).run(p.Phi, p.t),
                           describe_cavi),
+        "cavi_fast_compiled": Peer(lambda p: ppl_sbl.CAVI(rvm.regression, schedule="fast", compiled=True,
+                                                          progress_bar=False).run(p.Phi, p.t), describe_cavi),
         "cavi": Peer(lambda p: ppl_sbl.CAVI(rvm.regression, schedule="sweep", progress_bar=False).run(p.Phi, p.t),
                      describe_cavi),
         "ard": Peer(_fit_ard, describe_ard),
@@ -631,9 +636,9 @@ def parse_args(argv, peer_names, skip_above):
         args.subsample = args.subsample or 100
         args.rounds = 1
         given = argv if argv is not None else sys.argv[1:]
-        # regression: ARD and the sweep skipped at N = 80, which exercises the extrapolation (and spares
-        # the sweep's compilation at a second size)
-        for name in ("ard", "cavi"):
+        # regression: ARD, the sweep and the compiled schedule skipped at N = 80, which exercises the
+        # extrapolation (and spares the compilation of their programs at a second size)
+        for name in ("ard", "cavi", "cavi_fast_compiled"):
             if not args.classification and name in peer_names and _flag(name) not in given:
                 setattr(args, f"skip_{name}_above", 50)
     return args

@@ -41,8 +41,11 @@ MOVES, PASS_END, START = 0, 1, 2
 
 
 class Data(NamedTuple):
-    """The fit's arrays: the design (N, M), its column norms h_m / E[gamma] (M,), the targets and
-    Phi^T t, and the scalars (traced: a new value does not compile a new program)."""
+    """The fit's arrays: the design (N, M) (Phi^T v is formed as v^T Phi, a pass over its rows),
+    its column norms h_m / E[gamma] (M,), the targets and
+    Phi^T t, and the scalars (traced: a new value does not compile a new program). The arrays are
+    padded with zero rows and columns to the sizes of :func:`bucket`; ``n`` and ``m`` are the
+    problem's own sizes, ``columns`` marks its columns."""
 
     Phi: jax.Array
     col_sq: jax.Array
@@ -56,13 +59,16 @@ class Data(NamedTuple):
     max_passes: jax.Array
     max_moves: jax.Array
     exact: jax.Array  # the entry rule: the exact comparison (True) or q^2 > s and the alignment test
+    n: jax.Array
+    m: jax.Array
+    columns: jax.Array
 
 
 class Buffers(NamedTuple):
-    """The active columns Phi_A (N, cap) and Phi^T Phi_A (M, cap): written only at the top of the
+    """The active columns Phi_A^T (cap, N) and Phi^T Phi_A (M, cap): written only at the top of the
     loop's body (in place), read everywhere else; B = Phi^T diag(W) Phi_A is E[gamma] Phi^T Phi_A."""
 
-    A: jax.Array
+    AT: jax.Array
     C: jax.Array
     trace: jax.Array  # the ELBO after every step, and each step's kind (ADD, REESTIMATE or UPDATE)
     events: jax.Array
@@ -178,12 +184,12 @@ def _moments(st, buf, data):
     valid = _slots(st)
     frozen_var = jnp.where(st.active, 0.0, 1.0 / (st.x + st.h))
     G = jnp.where(valid[:, None] & valid[None, :], buf.C[st.index], 0.0)
-    return buf.A @ st.mu, jnp.sum(G * st.Sigma) + data.col_sq @ frozen_var
+    return st.mu @ buf.AT, jnp.sum(G * st.Sigma) + data.col_sq @ frozen_var
 
 
 def _elbo(st, buf, data, limit):
     """The restricted-family ELBO: q(gamma)'s terms and the coefficients' (host: ``_Schedule.elbo``)."""
-    N, M = data.Phi.shape
+    N, M = data.n, data.m
     mean, var_sum = _moments(st, buf, data)
     residual = data.t - mean
     error = residual @ residual + var_sum
@@ -197,10 +203,10 @@ def _elbo(st, buf, data, limit):
     shape = data.a0 + 0.5
     rate = shape / st.x
     e_log_alpha = jax.scipy.special.digamma(shape) - jnp.log(rate)
-    log_p_w = jnp.sum(0.5 * (e_log_alpha - J.LOG_2PI - st.x * second))
+    log_p_w = jnp.sum(jnp.where(data.columns, 0.5 * (e_log_alpha - J.LOG_2PI - st.x * second), 0.0))
     _, log_det = jnp.linalg.slogdet(_padded(st.Sigma, valid))
-    entropy_w = 0.5 * M * (1.0 + J.LOG_2PI) + 0.5 * (log_det + jnp.sum(jnp.where(st.active, 0.0, jnp.log(frozen_var))))
-    alpha = J.gamma_prior_and_entropy(jnp.full(M, shape), rate, data.a0, data.b0, limit)
+    entropy_w = 0.5 * M * (1.0 + J.LOG_2PI) + 0.5 * (log_det + jnp.sum(jnp.where(st.active | ~data.columns, 0.0, jnp.log(frozen_var))))
+    alpha = J.gamma_prior_and_entropy(jnp.full(st.x.shape, shape), rate, data.a0, data.b0, limit, data.columns)
     return lik + log_p_w + alpha + entropy_w
 
 
@@ -300,7 +306,7 @@ def _add(st, buf, data, k, x_new):
     ok = ok & ~((after > MAX_SPREAD) & (after > spread))
 
     def apply(st):
-        c = data.Phi.T @ data.Phi[:, k]
+        c = data.Phi[:, k] @ data.Phi
         blocked = st.blocked | (jnp.abs(c) > MAX_ALIGNMENT * jnp.sqrt(data.col_sq[k] * data.col_sq))
         mu_k = sigma_kk * st.Q[k]
         e = st.g * (c - buf.C @ z)
@@ -308,7 +314,7 @@ def _add(st, buf, data, k, x_new):
         Sigma = Sigma.at[:, K].set(-sigma_kk * z).at[K, :].set(-sigma_kk * z).at[K, K].set(sigma_kk)
         mu = (st.mu - mu_k * z).at[K].set(mu_k)
         return st._replace(Sigma=Sigma, mu=mu, S=st.S - sigma_kk * e * e, Q=st.Q - mu_k * e,
-                           index=st.index.at[K].set(k), K=K + 1, x=st.x.at[k].set(x_new),
+                           index=st.index.at[K].set(k.astype(jnp.int32)), K=K + 1, x=st.x.at[k].set(x_new),
                            active=st.active.at[k].set(True), blocked=blocked), c
 
     new, c = lax.cond(ok, apply, lambda st: (st, jnp.zeros_like(st.S)), st)
@@ -501,10 +507,10 @@ def _move_step(st, buf, data, per_pass, limit):
     st, c = lax.switch(action, (end, polish, reestimate, grow, add, full), st)
     written = st.K > K  # an add made: its column into slot K
     slot = jnp.minimum(K, cap - 1).astype(jnp.int32)
-    phi = jnp.where(written, data.Phi[:, k], buf.A[:, slot])
+    phi = jnp.where(written, data.Phi[:, k], buf.AT[slot])
     c = jnp.where(written, c, buf.C[:, slot])
     zero = jnp.zeros((), jnp.int32)
-    buf = buf._replace(A=lax.dynamic_update_slice(buf.A, phi[:, None], (zero, slot)),
+    buf = buf._replace(AT=lax.dynamic_update_slice(buf.AT, phi[None, :], (slot, zero)),
                        C=lax.dynamic_update_slice(buf.C, c[:, None], (zero, slot)))
     return _flush(st, buf)
 
@@ -512,7 +518,7 @@ def _move_step(st, buf, data, per_pass, limit):
 def _pass_end(st, buf, data, limit, progress):
     """q(gamma)'s update given q(w), the factor set afresh, the ELBO, the stopping rule. At the
     start of a fit (phase ``START``), the factor as it is set into the empty model, and its ELBO."""
-    N = data.Phi.shape[0]
+    N = data.n
     starting = st.phase == START
     g_before = st.g
     mean, var_sum = _moments(st, buf, data)
@@ -539,7 +545,7 @@ def _pass_end(st, buf, data, limit, progress):
 def _program(st, buf, data, limit, progress):
     """The passes from ``st`` until the fit stops or a buffer needs to grow."""
     cap = st.mu.shape[0]
-    per_pass = MOVES_PER_COEFFICIENT * data.Phi.shape[1]
+    per_pass = MOVES_PER_COEFFICIENT * data.m
 
     def moves(carry):
         def cond(carry):
@@ -561,7 +567,7 @@ def _start(data, e, f, cap, length):
     """The empty model, to be started by the program (phase ``START``)."""
     N, M = data.Phi.shape
     zeros = jnp.zeros
-    buf = Buffers(A=zeros((N, cap)), C=zeros((M, cap)), trace=jnp.full(length, jnp.nan),
+    buf = Buffers(AT=zeros((cap, N)), C=zeros((M, cap)), trace=jnp.full(length, jnp.nan),
                   events=zeros(length, jnp.int32), length=jnp.asarray(0, jnp.int32))
     st = State(Sigma=zeros((cap, cap)), mu=zeros(cap), index=zeros(cap, jnp.int32), K=jnp.asarray(0, jnp.int32),
                x=jnp.ones(M), S=zeros(M), Q=zeros(M), h=zeros(M), b=zeros(M), active=zeros(M, bool),
@@ -581,7 +587,7 @@ def _grown(st, buf, cap=None, length=None):
         return jnp.pad(a, widths)
 
     if cap is not None:
-        buf = buf._replace(A=pad(buf.A, [1], cap), C=pad(buf.C, [1], cap))
+        buf = buf._replace(AT=pad(buf.AT, [0], cap), C=pad(buf.C, [1], cap))
         st = st._replace(recent=pad(st.recent, [0], cap + 1), recent_events=pad(st.recent_events, [0], cap + 1),
                          Sigma=pad(st.Sigma, [0, 1], cap), mu=pad(st.mu, [0], cap), index=pad(st.index, [0], cap),
                          pending=pad(st.pending, [0], cap))
@@ -589,6 +595,16 @@ def _grown(st, buf, cap=None, length=None):
         buf = buf._replace(trace=jnp.concatenate([buf.trace, jnp.full(length - buf.trace.shape[0], jnp.nan)]),
                            events=pad(buf.events, [0], length))
     return st, buf
+
+
+def bucket(n):
+    """The size a dimension of n is padded to: the smallest of 8, and 2^k, 1.25 2^k, 1.5 2^k, 1.75
+    2^k (k >= 3) that is at least n, so that problems of nearby sizes share one compiled program
+    and the padding adds at most a quarter."""
+    if n <= 8:
+        return 8
+    p = 1 << ((n - 1).bit_length() - 1)
+    return next(size for size in (p + p // 4, p + p // 2, p + 3 * p // 4, 2 * p) if size >= n)
 
 
 def _power_of_two(n):
@@ -602,18 +618,34 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     :class:`ppl_sbl.fast_ard.FastFit` (a dict). Sets the factor's (e, f) to the fit's q(gamma).
     ``capacity`` and ``trace_length`` are the buffers' first sizes (powers of two; they double as
     the fit needs; the default trace length is 4 M + 256 rounded up)."""
-    Phi = jnp.asarray(Phi, dtype=jnp.float64)
+    Phi = np.asarray(Phi, dtype=np.float64)
+    t = np.asarray(factor.t, dtype=np.float64)
     N, M = Phi.shape
-    t = jnp.asarray(factor.t, dtype=jnp.float64)
     if not b0 > 0:
         raise ValueError("The compiled schedule needs a proper Gamma prior on the precisions (a0, b0 > 0); "
                          "fit Tipping & Faul's limit a0 = b0 = 0 with `compiled=False`.")
     limit = False
     big = np.iinfo(np.int64).max // 4
-    data = Data(Phi=Phi, col_sq=jnp.sum(Phi * Phi, axis=0), t=t, proj=Phi.T @ t, a0=jnp.asarray(float(a0)),
-                b0=jnp.asarray(float(b0)), e0=jnp.asarray(float(factor.e0)), f0=jnp.asarray(float(factor.f0)),
-                tol=jnp.asarray(float(tol)), max_passes=jnp.asarray(int(max_passes)),
-                max_moves=jnp.asarray(big if max_moves is None else int(max_moves)), exact=jnp.asarray(bool(exact)))
+    shape = (bucket(N), bucket(M))
+    if Phi.shape == shape:
+        padded = Phi
+    else:
+        padded = np.zeros(shape)
+        padded[:N, :M] = Phi
+    target = np.zeros(padded.shape[0])
+    target[:N] = t
+    columns = np.zeros(padded.shape[1], dtype=bool)
+    columns[:M] = True
+
+    def scalar(v, dtype=np.float64):
+        return np.asarray(v, dtype=dtype)
+
+    data = Data(Phi=padded, col_sq=np.einsum("nm,nm->m", padded, padded), t=target, proj=target @ padded,
+                a0=scalar(a0), b0=scalar(b0), e0=scalar(factor.e0), f0=scalar(factor.f0), tol=scalar(tol),
+                max_passes=scalar(max_passes, np.int64), max_moves=scalar(big if max_moves is None else max_moves,
+                                                                       np.int64),
+                exact=scalar(exact, bool), n=scalar(N), m=scalar(M, np.int64), columns=columns)
+    data = jax.device_put(data)
     cap = min(_power_of_two(M), _power_of_two(capacity))
     length = _power_of_two(4 * M + 256 if trace_length is None else trace_length)
     st, buf = _start(data, jnp.asarray(float(factor.e)), jnp.asarray(float(factor.f)), cap, length)
@@ -631,19 +663,24 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
                 break
     finally:
         _PROGRESS.pop()
-    factor.e, factor.f = float(st.e), float(st.f)
     out, trace = jax.device_get((st, buf))
+    factor.e, factor.f = float(out.e), float(out.f)
     K = int(out.K)
     active = np.asarray(out.index[:K], dtype=np.intp)
-    x, h = np.asarray(out.x), np.asarray(out.h)
+    x, h = np.asarray(out.x[:M]), np.asarray(out.h[:M])
     frozen_var = 1.0 / (x + h)
     frozen_var[active] = 0.0
-    s, q = (np.asarray(v) for v in jax.device_get(jax.jit(_leave_one_out)(st)))
+    mu, Sigma = np.asarray(out.mu[:K]), np.asarray(out.Sigma[:K, :K])
+    # the active coefficients' leave-one-out s_k and q_k (``_leave_one_out``)
+    xa, diag, S = x[active], np.diag(Sigma), np.asarray(out.S)[active]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = np.where(xa * diag > 0.5, xa * S / (xa - S), 1.0 / diag - xa)
+    q = mu / diag
     n = int(trace.length)
-    return dict(active=active, mu=np.asarray(out.mu[:K]), Sigma=np.asarray(out.Sigma[:K, :K]), x=x,
-                   frozen_var=frozen_var, supported=np.abs(q[active]) > np.sqrt(np.maximum(s[active], 0.0)),
-                   elbo_trace=np.asarray(trace.trace[:n]), trace_events=np.asarray(trace.events[1:n], dtype=int),
-                   num_moves=int(out.moves), num_passes=int(out.passes), converged=status == CONVERGED)
+    return dict(active=active, mu=mu, Sigma=Sigma, x=x, frozen_var=frozen_var,
+                supported=np.abs(q) > np.sqrt(np.maximum(s, 0.0)), elbo_trace=np.asarray(trace.trace[:n]),
+                trace_events=np.asarray(trace.events[1:n], dtype=int), num_moves=int(out.moves),
+                num_passes=int(out.passes), converged=status == CONVERGED)
 
 
 _PROGRESS = []  # the progress functions of the fits running, innermost last

@@ -57,27 +57,41 @@ def cubic(s, q, a0, b0):
 
 
 def _cubic_roots(c3, c2, c1, c0):
-    """The three complex roots (n, 3) of c3 u^3 + c2 u^2 + c1 u + c0 by Cardano's formula."""
+    """The real roots (n, 3) of c3 u^3 + c2 u^2 + c1 u + c0 (c3 != 0), NaN where fewer, in real
+    arithmetic: on the depressed cubic t^3 + P t + Q, Cardano's formula where its discriminant
+    D = Q^2/4 + P^3/27 is positive (one real root; the real part of the complex pair is kept too
+    where its imaginary part is below ``_REAL`` of its size, a root that rounding has split),
+    else the trigonometric form of the three real roots."""
     p2, p1, p0 = c2 / c3, c1 / c3, c0 / c3
     P = p1 - p2 * p2 / 3.0
     Q = (2.0 * p2 * p2 * p2 / 27.0 - p2 * p1 / 3.0) + p0
-    root = jnp.sqrt((Q * Q / 4.0 + P * P * P / 27.0).astype(jnp.complex128))
-    inner = jnp.where(jnp.real(jnp.conj(root) * -Q) >= 0, -Q / 2.0 + root, -Q / 2.0 - root)
-    C = inner ** (1.0 / 3.0)
-    turns = jnp.exp(2j * jnp.pi * jnp.arange(3) / 3.0)
-    Ck = C[:, None] * turns[None, :]
-    safe = jnp.where(Ck == 0, 1.0, Ck)
-    t = jnp.where(Ck == 0, 0.0, Ck - P[:, None] / (3.0 * safe))
-    return t - p2[:, None] / 3.0
+    D = Q * Q / 4.0 + P * P * P / 27.0
+    shift = -p2 / 3.0
+    one = D > 0
+    # one real root: the cube root of the larger of -Q/2 +- sqrt(D) (no cancellation)
+    inner = -Q / 2.0 - jnp.where(Q >= 0, 1.0, -1.0) * jnp.sqrt(jnp.where(one, D, 0.0))
+    A = jnp.cbrt(inner)
+    Bv = jnp.where(A != 0, -P / (3.0 * jnp.where(A != 0, A, 1.0)), 0.0)
+    real_part = -(A + Bv) / 2.0
+    imag_part = (A - Bv) * (math.sqrt(3.0) / 2.0)
+    pair = jnp.abs(imag_part) <= _REAL * jnp.hypot(real_part, imag_part)
+    # three real roots
+    negP = jnp.where(one | (P >= 0), 1.0, -P)
+    r = 2.0 * jnp.sqrt(negP / 3.0)
+    cos_arg = jnp.clip((3.0 * Q / (2.0 * -negP)) * jnp.sqrt(3.0 / negP), -1.0, 1.0)
+    phi = jnp.arccos(cos_arg)
+    three = r[:, None] * jnp.cos(phi[:, None] / 3.0 - 2.0 * jnp.pi * jnp.arange(3) / 3.0)
+    three = jnp.where((P >= 0)[:, None], 0.0, three)  # D <= 0 with P >= 0: P = Q = 0, a triple root at 0
+    single = jnp.stack([A + Bv, jnp.where(pair, real_part, jnp.nan), jnp.full_like(A, jnp.nan)], axis=1)
+    return jnp.where(one[:, None], single, three) + shift[:, None]
 
 
 def cubic_candidates(c3, c2, c1, c0):
     """Positive real candidates (n, 6) for the roots of (4): the real roots of the cubic and of its
     reversal, each polished by safeguarded Newton steps; NaN where none."""
     n = c3.shape[0]
-    roots = _cubic_roots(jnp.concatenate([c3, c0]), jnp.concatenate([c2, c1]), jnp.concatenate([c1, c2]),
-                         jnp.concatenate([c0, c3]))
-    real = jnp.where(jnp.abs(roots.imag) <= _REAL * jnp.abs(roots), roots.real, jnp.nan)
+    real = _cubic_roots(jnp.concatenate([c3, c0]), jnp.concatenate([c2, c1]), jnp.concatenate([c1, c2]),
+                        jnp.concatenate([c0, c3]))
     u = jnp.concatenate([real[:n], 1.0 / real[n:]], axis=1)
     u = jnp.where(jnp.isfinite(u) & (u > 0), u, jnp.nan)
     C3, C2, C1, C0 = (c[:, None] for c in (c3, c2, c1, c0))

@@ -177,7 +177,7 @@ def _fast_fit(Phi, factor, a0, data, groups, **kw):
 
 
 def _regression_fast(Phi, t=None, *, a0=1e-6, b0=None, e0=1e-6, f0=None, groups=None, tol=1e-9, max_passes=1000,
-                     progress=None, vague_only=False):
+                     progress=None, vague_only=False, compiled=False):
     """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`; with ``groups``,
     :func:`ppl_sbl.fast_ard.group_schedule`) with q(gamma) as the likelihood factor, on the targets
     in units of s = sqrt(f0 / e0) (where the noise prior's mean is 1)."""
@@ -189,8 +189,11 @@ def _regression_fast(Phi, t=None, *, a0=1e-6, b0=None, e0=1e-6, f0=None, groups=
                     groups, a0, b0)
     s = math.sqrt(f0 / e0)
     noise = fast_ard.GaussianNoise(t / s, e0, e0)
+    if compiled and groups is not None:
+        raise ValueError("`compiled=True` fits one precision per coefficient; with `groups=` use compiled=False.")
+    extra = {"compiled": True} if compiled else {}
     fit, shape, rate = _fast_fit(Phi, noise, a0, data, groups, tol=tol, max_passes=max_passes, progress=progress,
-                                 target_scale=s, vague_only=vague_only)
+                                 target_scale=s, vague_only=vague_only, **extra)
     state = RegressionState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(noise.e),
                             jnp.asarray(noise.f * s * s))
     return data, state, fit
