@@ -310,12 +310,10 @@ class CAVI:
         def progress(passes, moves, value, active):
             bar[0] = self._progress(bar[0], start, passes, 1, value)
 
-        extra = {}
-        if self.compiled:
-            if "compiled" not in inspect.signature(g.fast).parameters:
-                name = getattr(self.model, "__name__", repr(self.model))
-                raise ValueError(f"`compiled=True`: model {name} has no compiled fast schedule; use compiled=False.")
-            extra["compiled"] = True
+        if self.compiled and "compiled" not in inspect.signature(g.fast).parameters:
+            raise ValueError(f"`compiled=True`: model {getattr(self.model, '__name__', self.model)} has no compiled "
+                             "fast schedule; use compiled=False.")
+        extra = {"compiled": True} if self.compiled else {}
         data, state, fit = g.fast(*args, tol=self.tol, max_passes=int(self.max_sweeps), progress=progress,
                                   vague_only=vague_only, **extra, **kwargs)
         if bar[0] is not None:
