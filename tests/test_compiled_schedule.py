@@ -97,3 +97,22 @@ def test_compiled_true_for_a_factor_without_a_compiled_form_is_a_named_error():
     Phi, t, _ = _problem(0)
     with pytest.raises(ValueError, match="compiled"):
         F.schedule(Phi, F.JaakkolaJordan((t > 0).astype(float)), compiled=True)
+
+
+def test_cavi_compiled_is_the_host_fast_fit_and_names_what_it_does_not_fit():
+    import ppl_sbl
+    from ppl_sbl.models import rvm
+
+    Phi, t, _ = _problem(21)
+    host = ppl_sbl.CAVI(rvm.regression, schedule="fast", progress_bar=False).run(Phi, t)
+    fast = ppl_sbl.CAVI(rvm.regression, schedule="fast", compiled=True, progress_bar=False).run(Phi, t)
+    assert fast.schedule == "fast" and fast.converged and fast.num_moves == host.num_moves
+    assert fast.elbo == pytest.approx(host.elbo, rel=1e-10)
+    np.testing.assert_allclose(fast.elbo_trace, host.elbo_trace, rtol=1e-10)
+    np.testing.assert_array_equal(fast.relevance_indices, host.relevance_indices)
+    np.testing.assert_allclose(fast.predict(Phi[:5]), host.predict(Phi[:5]), rtol=1e-8, atol=1e-10)
+    with pytest.raises(ValueError, match="compiled=False"):
+        ppl_sbl.CAVI(rvm.classification, schedule="fast", compiled=True, progress_bar=False).run(Phi, t > 0)
+    with pytest.raises(ValueError, match="compiled=False"):
+        ppl_sbl.CAVI(rvm.regression, schedule="fast", compiled=True, progress_bar=False).run(
+            Phi, t, groups=np.arange(Phi.shape[1]) // 2)
