@@ -314,7 +314,8 @@ class CAVI:
             raise ValueError(f"`compiled=True`: model {getattr(self.model, '__name__', self.model)} has no compiled "
                              "fast schedule; use compiled=False.")
         extra = {"compiled": True} if self.compiled else {}
-        data, state, fit = g.fast(*args, tol=self.tol, max_passes=int(self.max_sweeps), progress=progress,
+        data, state, fit = g.fast(*args, tol=self.tol, max_passes=int(self.max_sweeps),
+                                  progress=None if self.progress_bar is False else progress,
                                   vague_only=vague_only, **extra, **kwargs)
         if bar[0] is not None:
             bar[0].close()

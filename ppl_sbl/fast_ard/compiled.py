@@ -566,16 +566,16 @@ def _program(st, buf, data, limit, progress):
 def _start(data, e, f, cap, length):
     """The empty model, to be started by the program (phase ``START``)."""
     N, M = data.Phi.shape
-    zeros = jnp.zeros
-    buf = Buffers(AT=zeros((cap, N)), C=zeros((M, cap)), trace=jnp.full(length, jnp.nan),
-                  events=zeros(length, jnp.int32), length=jnp.asarray(0, jnp.int32))
-    st = State(Sigma=zeros((cap, cap)), mu=zeros(cap), index=zeros(cap, jnp.int32), K=jnp.asarray(0, jnp.int32),
-               x=jnp.ones(M), S=zeros(M), Q=zeros(M), h=zeros(M), b=zeros(M), active=zeros(M, bool),
-               blocked=zeros(M, bool), held=zeros(M, bool), pending=zeros(cap, bool), e=e, f=f,
-               g=jnp.asarray(1.0), value=jnp.asarray(0.0), start=jnp.asarray(0.0), first=jnp.asarray(0),
-               moves=jnp.asarray(0), passes=jnp.asarray(1), phase=jnp.asarray(START), status=jnp.asarray(RUNNING),
-               recent=zeros(cap + 1), recent_events=zeros(cap + 1, jnp.int32), recent_n=jnp.asarray(0, jnp.int32))
-    return st, buf
+    zeros, i32, i64 = np.zeros, np.int32, np.int64
+    buf = Buffers(AT=zeros((cap, N)), C=zeros((M, cap)), trace=np.full(length, np.nan), events=zeros(length, i32),
+                  length=i32(0))
+    st = State(Sigma=zeros((cap, cap)), mu=zeros(cap), index=zeros(cap, i32), K=i32(0), x=np.ones(M), S=zeros(M),
+               Q=zeros(M), h=zeros(M), b=zeros(M), active=zeros(M, bool), blocked=zeros(M, bool),
+               held=zeros(M, bool), pending=zeros(cap, bool), e=np.float64(e), f=np.float64(f), g=np.float64(1.0),
+               value=np.float64(0.0), start=np.float64(0.0), first=i64(0), moves=i64(0), passes=i64(1),
+               phase=i64(START), status=i64(RUNNING), recent=zeros(cap + 1), recent_events=zeros(cap + 1, i32),
+               recent_n=i32(0))
+    return jax.device_put((st, buf))
 
 
 def _grown(st, buf, cap=None, length=None):
@@ -648,7 +648,7 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     data = jax.device_put(data)
     cap = min(_power_of_two(M), _power_of_two(capacity))
     length = _power_of_two(4 * M + 256 if trace_length is None else trace_length)
-    st, buf = _start(data, jnp.asarray(float(factor.e)), jnp.asarray(float(factor.f)), cap, length)
+    st, buf = _start(data, float(factor.e), float(factor.f), cap, length)
     _PROGRESS.append(progress)
     try:
         while True:

@@ -99,15 +99,13 @@ def cubic_candidates(c3, c2, c1, c0):
     def poly(v):
         return ((C3 * v + C2) * v + C1) * v + C0
 
-    def step(_, carry):
-        u, value = carry
+    value = jnp.abs(poly(u))
+    for _ in range(_NEWTON_STEPS):
         slope = (3.0 * C3 * u + 2.0 * C2) * u + C1
         trial = u - poly(u) / slope
         trial_value = jnp.abs(poly(trial))
         accept = jnp.isfinite(trial) & (trial > 0) & (trial_value <= value)
-        return jnp.where(accept, trial, u), jnp.where(accept, trial_value, value)
-
-    u, _ = lax.fori_loop(0, _NEWTON_STEPS, step, (u, jnp.abs(poly(u))))
+        u, value = jnp.where(accept, trial, u), jnp.where(accept, trial_value, value)
     return u
 
 
