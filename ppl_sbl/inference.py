@@ -146,9 +146,9 @@ class CAVI:
         schedule ran. :meth:`init` and :meth:`step` are the sweep's, whatever the schedule.
     compiled : bool
         Run the fast schedule as one compiled XLA program (:mod:`ppl_sbl.fast_ard.compiled`):
-        the same moves and fit, without a return to Python per move. For ``rvm.regression``
-        without ``groups=``; its program compiles once per shape (the design's sizes rounded up,
-        :func:`ppl_sbl.fast_ard.compiled.bucket`), in seconds. Other models raise a ValueError.
+        the same fit without a return to Python per move. ``rvm.regression`` and
+        ``rvm.classification`` without ``groups=`` (others raise a ValueError); it compiles once
+        per shape, the sizes rounded up (:func:`ppl_sbl.fast_ard.compiled.bucket`), in seconds.
     """
 
     model: Callable

@@ -9,7 +9,7 @@ from ppl_sbl import fast_ard as F
 from ppl_sbl.fast_ard import compiled
 from ppl_sbl.fast_ard.units import standard_units
 
-from problems import random_regression
+from problems import random_classification, random_regression
 
 N, M = 48, 22  # 24 columns with a zero column and a duplicate
 
@@ -93,15 +93,42 @@ def test_buffers_grow_and_limits_stop_the_fit_where_the_host_loop_stops():
         np.testing.assert_allclose(b.elbo_trace, a.elbo_trace, rtol=1e-10)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_compiled_classification_makes_the_host_schedules_moves(seed):
+    """The Jaakkola-Jordan bound's factor, its xi extrapolated over the passes (the trace's UPDATE
+    steps that follow an UPDATE), vague and proper hyperpriors."""
+    rng = np.random.default_rng(100 + seed)
+    Phi, t = random_classification(seed=seed, N=N, M=M)
+    Phi = np.column_stack([Phi, np.zeros(N), Phi[:, 1]])
+    a0 = 1e-6 if seed != 1 else 10 ** rng.uniform(-0.5, 0.5)
+    b0 = a0 * 10 ** rng.uniform(-1, 1, Phi.shape[1])
+    fits = []
+    for use_compiled in (False, True):
+        bound = F.JaakkolaJordan(t)
+        fits.append((F.schedule(Phi, bound, a0=a0, b0=b0, compiled=use_compiled), bound))
+    (host, host_bound), (fast, fast_bound) = fits
+    events = host.trace_events
+    assert host.converged and host.num_moves > 0
+    assert np.any((events[1:] == F.UPDATE) & (events[:-1] == F.UPDATE))  # xi extrapolated at least once
+    assert fast.num_moves == host.num_moves and fast.num_passes == host.num_passes
+    np.testing.assert_array_equal(fast.active, host.active)
+    np.testing.assert_array_equal(fast.trace_events, events)
+    np.testing.assert_allclose(fast.elbo_trace, host.elbo_trace, rtol=1e-9)
+    np.testing.assert_allclose(fast_bound.xi, host_bound.xi, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(fast.mu, host.mu, rtol=1e-6, atol=1e-9 * np.max(np.abs(host.mu)))
+    assert fast.elbo == pytest.approx(host.elbo, rel=1e-10)
+    assert np.all(np.diff(fast.elbo_trace) >= -1e-9 * np.abs(fast.elbo_trace[1:]))
+
+
 def test_compiled_true_for_a_factor_without_a_compiled_form_is_a_named_error():
     Phi, t, _ = _problem(0)
     with pytest.raises(ValueError, match="compiled"):
-        F.schedule(Phi, F.JaakkolaJordan((t > 0).astype(float)), compiled=True)
+        F.schedule(Phi, F.RobustJaakkolaJordan((t > 0).astype(float), 2.0, 2.0), compiled=True)
 
 
 def test_cavi_compiled_is_the_host_fast_fit_and_names_what_it_does_not_fit():
     import ppl_sbl
-    from ppl_sbl.models import rvm
+    from ppl_sbl.models import robust_rvm, rvm
 
     Phi, t, _ = _problem(21)
     host = ppl_sbl.CAVI(rvm.regression, schedule="fast", progress_bar=False).run(Phi, t)
@@ -111,8 +138,13 @@ def test_cavi_compiled_is_the_host_fast_fit_and_names_what_it_does_not_fit():
     np.testing.assert_allclose(fast.elbo_trace, host.elbo_trace, rtol=1e-10)
     np.testing.assert_array_equal(fast.relevance_indices, host.relevance_indices)
     np.testing.assert_allclose(fast.predict(Phi[:5]), host.predict(Phi[:5]), rtol=1e-8, atol=1e-10)
+    labels = (t > np.median(t)).astype(float)
+    host = ppl_sbl.CAVI(rvm.classification, schedule="fast", progress_bar=False).run(Phi, labels)
+    fast = ppl_sbl.CAVI(rvm.classification, schedule="fast", compiled=True, progress_bar=False).run(Phi, labels)
+    assert fast.elbo == pytest.approx(host.elbo, rel=1e-10) and fast.num_moves == host.num_moves
+    np.testing.assert_allclose(fast.predict(Phi[:5]), host.predict(Phi[:5]), rtol=1e-7, atol=1e-10)
     with pytest.raises(ValueError, match="compiled=False"):
-        ppl_sbl.CAVI(rvm.classification, schedule="fast", compiled=True, progress_bar=False).run(Phi, t > 0)
+        ppl_sbl.CAVI(robust_rvm.classification, schedule="fast", compiled=True, progress_bar=False).run(Phi, labels)
     with pytest.raises(ValueError, match="compiled=False"):
         ppl_sbl.CAVI(rvm.regression, schedule="fast", compiled=True, progress_bar=False).run(
             Phi, t, groups=np.arange(Phi.shape[1]) // 2)

@@ -11,8 +11,9 @@ Where an add finds the buffers full, or the ELBO trace's buffer nearly so, the p
 to the host, which doubles the buffer and goes on with a program for the larger shape; the
 capacities are powers of two, so that nearby problems share programs.
 
-The likelihood factor is RVM regression's q(gamma) (:class:`ppl_sbl.fast_ard.GaussianNoise`):
-W = E[gamma] is the same for every point."""
+The likelihood factors are RVM regression's q(gamma) and RVM classification's Jaakkola-Jordan
+bound (:mod:`ppl_sbl.fast_ard.compiled_factors`). The state and the operations every factor
+shares are in :mod:`ppl_sbl.fast_ard.compiled_state`."""
 from __future__ import annotations
 
 import functools
@@ -24,230 +25,48 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from . import compiled_factors as CF
 from . import jax_algebra as J
+from .compiled_state import (COLLINEAR, CONVERGED, GROW_ACTIVE, GROW_TRACE, LOG_ALPHA_TOL, MAX_ALIGNMENT,
+                             MAX_SPREAD, MOVES, PASS_END, RUNNING, START, STOPPED, Buffers, Data, State, active_spread,
+                             block, flush, gather, leave_one_out, padded, record, slot_index, slots, statistics)
 from .passes import ADD, MOVES_PER_COEFFICIENT, REESTIMATE, UPDATE
 
-__all__ = ["supports", "run"]
+__all__ = ["supports", "run", "bucket"]
 
-_COLLINEAR = 1e-10
-LOG_ALPHA_TOL = 1e-3
-MAX_ALIGNMENT = 1.0 - 1e-3
-MAX_SPREAD = 1e5
 _LINE_SEARCH = 30  # halvings of the joint Newton step
 _DAMPINGS = 40
-
-RUNNING, CONVERGED, STOPPED, GROW_ACTIVE, GROW_TRACE = 0, 1, 2, 3, 4
-MOVES, PASS_END, START = 0, 1, 2
-
-
-class Data(NamedTuple):
-    """The fit's arrays: the design (N, M) (Phi^T v is formed as v^T Phi, a pass over its rows),
-    its column norms h_m / E[gamma] (M,), the targets and
-    Phi^T t, and the scalars (traced: a new value does not compile a new program). The arrays are
-    padded with zero rows and columns to the sizes of :func:`bucket`; ``n`` and ``m`` are the
-    problem's own sizes, ``columns`` marks its columns."""
-
-    Phi: jax.Array
-    col_sq: jax.Array
-    t: jax.Array
-    proj: jax.Array
-    a0: jax.Array
-    b0: jax.Array
-    e0: jax.Array
-    f0: jax.Array
-    tol: jax.Array
-    max_passes: jax.Array
-    max_moves: jax.Array
-    exact: jax.Array  # the entry rule: the exact comparison (True) or q^2 > s and the alignment test
-    n: jax.Array
-    m: jax.Array
-    columns: jax.Array
-
-
-class Buffers(NamedTuple):
-    """The active columns Phi_A^T (cap, N) and Phi^T Phi_A (M, cap): written only at the top of the
-    loop's body (in place), read everywhere else; B = Phi^T diag(W) Phi_A is E[gamma] Phi^T Phi_A."""
-
-    AT: jax.Array
-    C: jax.Array
-    trace: jax.Array  # the ELBO after every step, and each step's kind (ADD, REESTIMATE or UPDATE)
-    events: jax.Array
-    length: jax.Array
-
-
-class State(NamedTuple):
-    Sigma: jax.Array
-    mu: jax.Array
-    index: jax.Array
-    K: jax.Array
-    x: jax.Array
-    S: jax.Array
-    Q: jax.Array
-    h: jax.Array
-    b: jax.Array
-    active: jax.Array
-    blocked: jax.Array
-    held: jax.Array
-    pending: jax.Array
-    e: jax.Array  # q(gamma) = Gamma(e, f)
-    f: jax.Array
-    g: jax.Array  # E[gamma] of the factor's current (W, r)
-    value: jax.Array
-    start: jax.Array
-    first: jax.Array
-    moves: jax.Array
-    passes: jax.Array
-    phase: jax.Array
-    status: jax.Array
-    recent: jax.Array  # the trace entries of the current step (cap + 1), and their number
-    recent_events: jax.Array
-    recent_n: jax.Array
 
 
 def supports(factor):
     """Whether the compiled program fits this likelihood factor."""
-    from .factors import GaussianNoise
+    return CF.kind_of(factor) is not None
 
-    return type(factor) is GaussianNoise
-
-
-# --------------------------------------------------------------------------------------------------
-# the buffers
-# --------------------------------------------------------------------------------------------------
-def _slots(st):
-    return jnp.arange(st.mu.shape[0]) < st.K
-
-
-def _slot_index(st):
-    """The coefficient of each slot, M (out of range: dropped by scatters) past K."""
-    return jnp.where(_slots(st), st.index, st.x.shape[0])
-
-
-def _gather(v, st, fill=0.0):
-    return jnp.where(_slots(st), v[st.index], fill)
-
-
-def _block(st, buf):
-    """B_AA (cap, cap), zero outside the active block."""
-    valid = _slots(st)
-    return jnp.where(valid[:, None] & valid[None, :], st.g * buf.C[st.index], 0.0)
-
-
-def _padded(P, valid):
-    """P on the active block, the identity outside it."""
-    return jnp.where(valid[:, None] & valid[None, :], P, jnp.diag(jnp.where(valid, 0.0, 1.0)))
-
-
-def _refresh(st, buf):
-    """q(w) for the active set at the current E[alpha], and S, Q, exactly."""
-    valid = _slots(st)
-    P = _padded(_block(st, buf) + jnp.diag(_gather(st.x, st)), valid)
-    L, d = J.scaled_cholesky(P)
-    inv = J.inverse_from_cholesky(L, d)
-    return _statistics(st, buf, jnp.where(valid[:, None] & valid[None, :], inv, 0.0))
-
-
-def _statistics(st, buf, Sigma):
-    """The state with q(w)'s covariance ``Sigma`` (zero outside the active block), its mean and S, Q."""
-    mu = Sigma @ _gather(st.b, st)
-    B = st.g * buf.C
-    return st._replace(Sigma=Sigma, mu=mu, S=st.h - jnp.sum((B @ Sigma) * B, axis=1), Q=st.b - B @ mu)
-
-
-def _set_factor(st, buf, data, limit):
-    """(W, r) from q(gamma); h, b and B for them; the frozen q(alpha) at the optimum (2); then q(w)
-    and the statistics exactly."""
-    g = st.e / st.f
-    h = g * data.col_sq
-    x_out, _ = J.frozen_optimum(h, data.a0, data.b0, limit)
-    st = st._replace(g=g, h=h, b=g * data.proj, x=jnp.where(st.active, st.x, x_out))
-    return _refresh(st, buf)
-
-
-def _leave_one_out(st):
-    valid = _slots(st)
-    idx = _slot_index(st)
-    xa, diag, sa = _gather(st.x, st, 1.0), jnp.diag(st.Sigma), _gather(st.S, st)
-    safe = jnp.where(valid, diag, 1.0)
-    sa_loo = jnp.where(xa * diag > 0.5, xa * sa / (xa - sa), 1.0 / safe - xa)
-    s = st.S.at[idx].set(sa_loo, mode="drop")
-    q = st.Q.at[idx].set(st.mu / safe, mode="drop")
-    return s, q
-
-
-def _spread(st):
-    return jnp.sum(_gather(st.h + st.x, st) * jnp.diag(st.Sigma))
-
-
-def _moments(st, buf, data):
-    """(mean (N,), sum of the variances of phi_n^T w) under the restricted q(w)."""
-    valid = _slots(st)
-    frozen_var = jnp.where(st.active, 0.0, 1.0 / (st.x + st.h))
-    G = jnp.where(valid[:, None] & valid[None, :], buf.C[st.index], 0.0)
-    return st.mu @ buf.AT, jnp.sum(G * st.Sigma) + data.col_sq @ frozen_var
-
-
-def _elbo(st, buf, data, limit):
-    """The restricted-family ELBO: q(gamma)'s terms and the coefficients' (host: ``_Schedule.elbo``)."""
-    N, M = data.n, data.m
-    mean, var_sum = _moments(st, buf, data)
-    residual = data.t - mean
-    error = residual @ residual + var_sum
-    e, f = st.e, st.f
-    lik = 0.5 * N * (jax.scipy.special.digamma(e) - jnp.log(f) - J.LOG_2PI) - 0.5 * (e / f) * error
-    lik = lik + J.gamma_prior_and_entropy(e, f, data.e0, data.f0, False)
-    valid = _slots(st)
-    idx = _slot_index(st)
-    frozen_var = 1.0 / (st.x + st.h)
-    second = frozen_var.at[idx].set(st.mu * st.mu + jnp.diag(st.Sigma), mode="drop")
-    shape = data.a0 + 0.5
-    rate = shape / st.x
-    e_log_alpha = jax.scipy.special.digamma(shape) - jnp.log(rate)
-    log_p_w = jnp.sum(jnp.where(data.columns, 0.5 * (e_log_alpha - J.LOG_2PI - st.x * second), 0.0))
-    _, log_det = jnp.linalg.slogdet(_padded(st.Sigma, valid))
-    entropy_w = 0.5 * M * (1.0 + J.LOG_2PI) + 0.5 * (log_det + jnp.sum(jnp.where(st.active | ~data.columns, 0.0, jnp.log(frozen_var))))
-    alpha = J.gamma_prior_and_entropy(jnp.full(st.x.shape, shape), rate, data.a0, data.b0, limit, data.columns)
-    return lik + log_p_w + alpha + entropy_w
-
-
-def _record(st, value, event):
-    return st._replace(value=value, recent=st.recent.at[st.recent_n].set(value),
-                       recent_events=st.recent_events.at[st.recent_n].set(event), recent_n=st.recent_n + 1)
-
-
-def _flush(st, buf):
-    """The current step's trace entries into the trace (in place)."""
-    return st._replace(recent_n=jnp.zeros_like(st.recent_n)), buf._replace(
-        trace=lax.dynamic_update_slice(buf.trace, st.recent, (buf.length,)),
-        events=lax.dynamic_update_slice(buf.events, st.recent_events, (buf.length,)),
-        length=buf.length + st.recent_n)
 
 
 # --------------------------------------------------------------------------------------------------
 # the moves
 # --------------------------------------------------------------------------------------------------
-def _best_move(st, data, floor, settle, limit):
+def _best_move(st, data, floor, settle):
     """(found, kind, k, target, gain, settling slots): ``_Schedule.best_move``."""
     cap = st.mu.shape[0]
-    valid = _slots(st)
-    s, q = _leave_one_out(st)
-    resolved = (st.h > 0) & (s >= _COLLINEAR * st.h) & ~st.held
+    valid = slots(st)
+    s, q = leave_one_out(st)
+    resolved = (st.h > 0) & (s >= COLLINEAR * st.h) & ~st.held
     entering = data.exact | (~st.blocked & (jnp.abs(q) > jnp.sqrt(jnp.maximum(s, 0.0))))
     supported = ~st.active & resolved & entering
     moving = valid & resolved[st.index]
     root = jnp.sqrt(jnp.where(supported, s, 1.0))
     gap = (jnp.where(supported, q, 0.0) - root) * (jnp.where(supported, q, 0.0) + root)
     guess = jnp.where(st.active, st.x, jnp.where(gap > 0, s * s / jnp.where(gap > 0, gap, 1.0), st.x))
-    rows = supported | jnp.zeros_like(supported).at[_slot_index(st)].set(moving, mode="drop")
-    x_in, value_in = J.warm_optimum(s, q, data.a0, data.b0, guess, rows, limit)
+    rows = supported | jnp.zeros_like(supported).at[slot_index(st)].set(moving, mode="drop")
+    x_in, value_in = J.warm_optimum(s, q, data.a0, data.b0, guess, rows, False)
     # the active candidates, by slot
-    xa, sa, qa, ha = (_gather(v, st, 1.0) for v in (st.x, s, q, st.h))
-    xa_in, va_in = _gather(x_in, st, 1.0), _gather(value_in, st)
-    gain_a = J.in_model_change(xa, xa_in, sa, qa, data.a0, data.b0, limit)
-    if limit:
-        gain_a = jnp.where(jnp.isfinite(xa_in), gain_a, va_in - J.f_in(xa, sa, qa, data.a0, data.b0, limit))
+    xa, sa, qa, ha = (gather(v, st, 1.0) for v in (st.x, s, q, st.h))
+    xa_in = gather(x_in, st, 1.0)
+    gain_a = J.in_model_change(xa, xa_in, sa, qa, data.a0, data.b0, False)
     small = jnp.abs(jnp.log(xa_in / xa)) < LOG_ALPHA_TOL
-    spread = _spread(st)
+    spread = active_spread(st)
     diag = jnp.diag(st.Sigma)
     own_a = (ha + xa_in) / (xa_in + sa) - (ha + xa) * diag
     wide_a = spread + own_a > jnp.maximum(MAX_SPREAD, spread)
@@ -257,7 +76,7 @@ def _best_move(st, data, floor, settle, limit):
     # the frozen candidates, by coefficient
     own_f = (st.h + x_in) / (x_in + s)
     wide_f = spread + own_f > jnp.maximum(MAX_SPREAD, spread)
-    gain_f = value_in - J.frozen_value(st.x, st.h, data.a0, data.b0, limit)
+    gain_f = value_in - J.frozen_value(st.x, st.h, data.a0, data.b0, False)
     gain_f = jnp.where(supported & ~wide_f, gain_f, -jnp.inf)
     gains = jnp.concatenate([gain_a, gain_f])
     gains = jnp.where(jnp.isnan(gains), -jnp.inf, gains)
@@ -272,13 +91,13 @@ def _best_move(st, data, floor, settle, limit):
 
 def _reestimate(st, buf, k, x_new, j):
     """E[alpha_k] of active k (slot j) to x_new: ``_Schedule.reestimate``. Returns (made, state)."""
-    valid = _slots(st)
+    valid = slots(st)
     delta = x_new - st.x[k]
     col = st.Sigma[:, j]
     denom = 1.0 + delta * col[j]
     ok = (denom > 0) & (col[j] > 0) & jnp.isfinite(x_new)
     kappa = delta / denom
-    weight = jnp.where(valid, _gather(st.h + st.x, st), 0.0)
+    weight = jnp.where(valid, gather(st.h + st.x, st), 0.0)
     spread = weight @ jnp.diag(st.Sigma)
     after = spread - kappa * (weight @ (col * col)) + delta * col[j] / denom
     ok = ok & ~((after > MAX_SPREAD) & (after > spread))
@@ -292,22 +111,25 @@ def _reestimate(st, buf, k, x_new, j):
     return ok, lax.cond(ok, apply, lambda st: st, st)
 
 
-def _add(st, buf, data, k, x_new):
+def _add(st, buf, data, k, x_new, kind):
     """Coefficient k joins the model with E[alpha_k] = x_new: ``_Schedule.add``. Returns (made,
-    state, Phi^T phi_k): the caller writes phi_k and Phi^T phi_k into the buffers' slot K."""
+    state, its column of C): the caller writes phi_k and that column into the buffers' slot K."""
     K = st.K
-    valid = _slots(st)
+    valid = slots(st)
     z = st.Sigma @ (st.g * buf.C[k])
     sigma_kk = 1.0 / (x_new + st.S[k])
     ok = (sigma_kk > 0) & jnp.isfinite(sigma_kk)
-    weight = jnp.where(valid, _gather(st.h + st.x, st), 0.0)
+    weight = jnp.where(valid, gather(st.h + st.x, st), 0.0)
     spread = weight @ jnp.diag(st.Sigma)
     after = spread + sigma_kk * (weight @ (z * z)) + (st.h[k] + x_new) * sigma_kk
     ok = ok & ~((after > MAX_SPREAD) & (after > spread))
 
     def apply(st):
-        c = data.Phi[:, k] @ data.Phi
+        phi = data.Phi[:, k]
+        c = phi @ data.Phi
         blocked = st.blocked | (jnp.abs(c) > MAX_ALIGNMENT * jnp.sqrt(data.col_sq[k] * data.col_sq))
+        if kind != "gaussian":
+            c = (st.W * phi) @ data.Phi  # B's column: Phi^T diag(W) phi_k
         mu_k = sigma_kk * st.Q[k]
         e = st.g * (c - buf.C @ z)
         Sigma = st.Sigma + sigma_kk * jnp.outer(z, z)
@@ -323,13 +145,13 @@ def _add(st, buf, data, k, x_new):
 
 def _joint_value(st, buf, x_active):
     """(F, Sigma, ok) of ``_Schedule.joint_value`` at the active precisions ``x_active`` (cap,)."""
-    valid = _slots(st)
-    P = _padded(_block(st, buf) + jnp.diag(x_active), valid)
+    valid = slots(st)
+    P = padded(block(st, buf) + jnp.diag(x_active), valid)
     L, d = J.scaled_cholesky(P)
     ok = jnp.all(jnp.isfinite(L))
     Lsafe = jnp.where(ok, L, jnp.eye(L.shape[0]))
     Sigma = jnp.where(valid[:, None] & valid[None, :], J.inverse_from_cholesky(Lsafe, d), 0.0)
-    ba = _gather(st.b, st)
+    ba = gather(st.b, st)
     mu = Sigma @ ba
     log_det = 2.0 * jnp.sum(jnp.log(jnp.diag(Lsafe))) - 2.0 * jnp.sum(jnp.where(valid, jnp.log(d), 0.0))
     return 0.5 * ba @ mu - 0.5 * log_det, Sigma, ok
@@ -341,7 +163,7 @@ def _log_newton_step(x, g, H, free):
     grad = jnp.where(free, x * g, 0.0)
     neg = -(x[:, None] * H * x[None, :] + jnp.diag(x * g))
     neg = 0.5 * (neg + neg.T)
-    neg = _padded(neg, free)
+    neg = padded(neg, free)
     finite = jnp.all(jnp.isfinite(neg))
     neg = jnp.where(finite, neg, jnp.eye(neg.shape[0]))
     top = jnp.max(jnp.where(free, jnp.abs(jnp.diag(neg)), 0.0))
@@ -373,11 +195,11 @@ def _log_newton_step(x, g, H, free):
 def _newton_polish(st, buf, data, settle):
     """One Newton step on F in ln x over the free active precisions: ``_Schedule.newton_polish``.
     Returns (made, gain, state)."""
-    valid = _slots(st)
-    s, _ = _leave_one_out(st)
-    xa = _gather(st.x, st, 1.0)
-    sa, ha = _gather(s, st), _gather(st.h, st)
-    free = valid & (sa >= _COLLINEAR * ha) & ~_gather(st.held, st, False)
+    valid = slots(st)
+    s, _ = leave_one_out(st)
+    xa = gather(st.x, st, 1.0)
+    sa, ha = gather(s, st), gather(st.h, st)
+    free = valid & (sa >= COLLINEAR * ha) & ~gather(st.held, st, False)
     shape = data.a0 + 0.5
     diag = jnp.diag(st.Sigma)
     g = shape / xa - data.b0 - 0.5 * (st.mu * st.mu + diag)
@@ -413,12 +235,12 @@ def _newton_polish(st, buf, data, settle):
     made = go & (outcome == 1)
 
     def apply(st):
-        return _statistics(st._replace(x=st.x.at[_slot_index(st)].set(trial, mode="drop")), buf, Sigma)
+        return statistics(st._replace(x=st.x.at[slot_index(st)].set(trial, mode="drop")), buf, Sigma)
 
     return made, value - start, lax.cond(made, apply, lambda st: st, st)
 
 
-def _polish(st, buf, data, budget, settle, limit):
+def _polish(st, buf, data, budget, settle):
     """``_Schedule.polish``: the joint Newton step where it makes one, else one cycle over the
     pending re-estimates in slot order. Returns the state with its moves recorded, and whether it
     made any."""
@@ -429,7 +251,7 @@ def _polish(st, buf, data, budget, settle, limit):
 
     def newton(_):
         new2 = new._replace(moves=new.moves + 1)
-        return _record(new2, new2.value + gain, REESTIMATE), True
+        return record(new2, new2.value + gain, REESTIMATE), True
 
     def cycle(_):
         def one(j, carry):
@@ -437,19 +259,19 @@ def _polish(st, buf, data, budget, settle, limit):
             k = st.index[j]
             x, diag, S_k = st.x[k], st.Sigma[j, j], st.S[k]
             s = jnp.where(x * diag > 0.5, x * S_k / (x - S_k), 1.0 / jnp.where(diag > 0, diag, 1.0) - x)
-            go = pending[j] & (count < budget) & (s >= _COLLINEAR * st.h[k])
+            go = pending[j] & (count < budget) & (s >= COLLINEAR * st.h[k])
             s1 = jnp.where(go, s, 1.0)
             q = st.mu[j] / jnp.where(diag > 0, diag, 1.0)
-            x_new, _ = J.optimum(s1[None], jnp.where(go, q, 0.0)[None], data.a0, data.b0, limit)
+            x_new, _ = J.optimum(s1[None], jnp.where(go, q, 0.0)[None], data.a0, data.b0, False)
             x_new = x_new[0]
             go = go & jnp.isfinite(x_new) & (s1 / (x + s1) * jnp.abs(x_new - x) / jnp.maximum(x_new, x) >= settle)
-            gain = J.in_model_change(x, x_new, s1, q, data.a0, data.b0, limit)
+            gain = J.in_model_change(x, x_new, s1, q, data.a0, data.b0, False)
             go = go & (gain > 0)
 
             def move(carry):
                 st, count = carry
                 ok, st = _reestimate(st, buf, k, x_new, j)
-                recorded = _record(st._replace(moves=st.moves + 1), st.value + gain, REESTIMATE)
+                recorded = record(st._replace(moves=st.moves + 1), st.value + gain, REESTIMATE)
                 return lax.cond(ok, lambda _: (recorded, count + 1),
                                 lambda _: (st._replace(held=st.held.at[k].set(True)), count), None)
 
@@ -464,33 +286,33 @@ def _polish(st, buf, data, budget, settle, limit):
 # --------------------------------------------------------------------------------------------------
 # the passes
 # --------------------------------------------------------------------------------------------------
-def _move_step(st, buf, data, per_pass, limit):
+def _move_step(st, buf, data, per_pass, kind):
     """One step of a pass: the best move, or the polish where none is left, or the pass's end
     (``run_passes``'s inner loop). Returns the state and buffers after it."""
     budget = jnp.minimum(data.max_moves - st.moves, per_pass - (st.moves - st.first))
     settle = jnp.sqrt(data.tol)
     floor = data.tol * jnp.maximum(1.0, jnp.abs(st.value))
-    found, kind, k, target, gain, settling = _best_move(st, data, floor, settle, limit)
+    found, move, k, target, gain, settling = _best_move(st, data, floor, settle)
     cap = st.mu.shape[0]
     K = st.K
     room = buf.length + cap + 3 <= buf.trace.shape[0]
     action = jnp.where(~room, 5, jnp.where(budget <= 0, 0, jnp.where(~found, 1, jnp.where(
-        kind == REESTIMATE, 2, jnp.where(K >= cap, 3, 4)))))
+        move == REESTIMATE, 2, jnp.where(K >= cap, 3, 4)))))
     none = jnp.zeros_like(st.S)
 
     def end(st):
         return st._replace(phase=PASS_END), none
 
     def polish(st):
-        st, made = _polish(st._replace(pending=settling), buf, data, budget, settle, limit)
+        st, made = _polish(st._replace(pending=settling), buf, data, budget, settle)
         return lax.cond(made, lambda s: s, lambda s: s._replace(phase=PASS_END), st), none
 
     def made(ok, st):
-        recorded = _record(st._replace(moves=st.moves + 1), st.value + gain, kind)
+        recorded = record(st._replace(moves=st.moves + 1), st.value + gain, move)
         return lax.cond(ok, lambda _: recorded, lambda _: st._replace(held=st.held.at[k].set(True)), None)
 
     def reestimate(st):
-        j = jnp.argmax((st.index == k) & _slots(st))
+        j = jnp.argmax((st.index == k) & slots(st))
         ok, st = _reestimate(st, buf, k, target, j)
         return made(ok, st), none
 
@@ -498,7 +320,7 @@ def _move_step(st, buf, data, per_pass, limit):
         return st._replace(status=GROW_ACTIVE), none
 
     def add(st):
-        ok, st, c = _add(st, buf, data, k, target)
+        ok, st, c = _add(st, buf, data, k, target, kind)
         return made(ok, st), c
 
     def full(st):
@@ -512,23 +334,28 @@ def _move_step(st, buf, data, per_pass, limit):
     zero = jnp.zeros((), jnp.int32)
     buf = buf._replace(AT=lax.dynamic_update_slice(buf.AT, phi[None, :], (slot, zero)),
                        C=lax.dynamic_update_slice(buf.C, c[:, None], (zero, slot)))
-    return _flush(st, buf)
+    return flush(st, buf)
 
 
-def _pass_end(st, buf, data, limit, progress):
-    """q(gamma)'s update given q(w), the factor set afresh, the ELBO, the stopping rule. At the
-    start of a fit (phase ``START``), the factor as it is set into the empty model, and its ELBO."""
-    N = data.n
+def _pass_end(st, buf, data, kind, progress):
+    """The factor's update given q(w), the factor set afresh, the ELBO, the extrapolation of the
+    factor (``Extrapolation``), the stopping rule (``run_passes``). At the start of a fit (phase
+    ``START``), the factor as it is set into the empty model, and its ELBO. Returns (state,
+    buffers)."""
     starting = st.phase == START
-    g_before = st.g
-    mean, var_sum = _moments(st, buf, data)
-    residual = data.t - mean
-    e = jnp.where(starting, st.e, data.e0 + 0.5 * N)
-    f = jnp.where(starting, st.f, data.f0 + 0.5 * (residual @ residual + var_sum))
-    st = _set_factor(st._replace(e=e, f=f), buf, data, limit)
-    value = _elbo(st, buf, data, limit)
-    st = _record(st, value, jnp.where(starting, 0, UPDATE))
-    change = jnp.abs(st.g - g_before) / jnp.maximum(jnp.maximum(st.g, g_before), 1e-300)
+    before = CF.weights(st, kind)
+    updated = CF.update(st, buf, data, kind)
+    st = st._replace(e=jnp.where(starting, st.e, updated.e), f=jnp.where(starting, st.f, updated.f),
+                     xi=jnp.where(starting, st.xi, updated.xi))
+    st, buf = CF.set_factor(st, buf, data, kind)
+    value = CF.elbo(st, buf, data, kind)
+    st = record(st, value, jnp.where(starting, 0, UPDATE))
+    if kind != "gaussian":
+        st, buf, gain = lax.cond(starting, lambda c: (*c, jnp.zeros_like(value)),
+                                 lambda c: CF.extrapolate(*c, data, value, kind), (st, buf))
+        value = value + gain
+        st = lax.cond(gain > 0, lambda s: record(s, value, UPDATE), lambda s: s, st)
+    change = CF.weights_change(before, CF.weights(st, kind))
     if progress:
         jax.debug.callback(_report, st.passes, st.moves, value, st.K, starting)
     converged = ~starting & (st.moves == st.first) & (jnp.abs(value - st.start) <= data.tol * jnp.abs(value)) & (
@@ -538,11 +365,11 @@ def _pass_end(st, buf, data, limit, progress):
         stopped, STOPPED, RUNNING)))
     going = (status == RUNNING) & ~starting
     return st._replace(status=status, passes=st.passes + going, start=value, first=st.moves, phase=MOVES,
-                       held=jnp.where(going, jnp.zeros_like(st.held), st.held))
+                       held=jnp.where(going, jnp.zeros_like(st.held), st.held)), buf
 
 
-@functools.partial(jax.jit, static_argnames=("limit", "progress"), donate_argnums=(0, 1))
-def _program(st, buf, data, limit, progress):
+@functools.partial(jax.jit, static_argnames=("kind", "progress"), donate_argnums=(0, 1))
+def _program(st, buf, data, kind, progress):
     """The passes from ``st`` until the fit stops or a buffer needs to grow."""
     cap = st.mu.shape[0]
     per_pass = MOVES_PER_COEFFICIENT * data.m
@@ -552,26 +379,29 @@ def _program(st, buf, data, limit, progress):
             st, _ = carry
             return (st.status == RUNNING) & (st.phase == MOVES)
 
-        return lax.while_loop(cond, lambda c: _move_step(*c, data, per_pass, limit), carry)
+        return lax.while_loop(cond, lambda c: _move_step(*c, data, per_pass, kind), carry)
 
     def passes(carry):
         st, buf = moves(carry)
-        st = lax.cond(st.status == RUNNING, lambda s: _pass_end(s, buf, data, limit, progress), lambda s: s, st)
-        return _flush(st, buf)
+        st, buf = lax.cond(st.status == RUNNING, lambda c: _pass_end(*c, data, kind, progress), lambda c: c,
+                           (st, buf))
+        return flush(st, buf)
 
     st = st._replace(status=jnp.asarray(RUNNING))
     return lax.while_loop(lambda c: c[0].status == RUNNING, passes, (st, buf))
 
 
-def _start(data, e, f, cap, length):
+def _start(data, factor_fields, cap, length):
     """The empty model, to be started by the program (phase ``START``)."""
     N, M = data.Phi.shape
     zeros, i32, i64 = np.zeros, np.int32, np.int64
+    e, f, xi, W, hist, hist_value, hist_n, hist_active = factor_fields
     buf = Buffers(AT=zeros((cap, N)), C=zeros((M, cap)), trace=np.full(length, np.nan), events=zeros(length, i32),
                   length=i32(0))
     st = State(Sigma=zeros((cap, cap)), mu=zeros(cap), index=zeros(cap, i32), K=i32(0), x=np.ones(M), S=zeros(M),
                Q=zeros(M), h=zeros(M), b=zeros(M), active=zeros(M, bool), blocked=zeros(M, bool),
                held=zeros(M, bool), pending=zeros(cap, bool), e=np.float64(e), f=np.float64(f), g=np.float64(1.0),
+               xi=xi, W=W, hist=hist, hist_value=hist_value, hist_n=hist_n, hist_active=hist_active,
                value=np.float64(0.0), start=np.float64(0.0), first=i64(0), moves=i64(0), passes=i64(1),
                phase=i64(START), status=i64(RUNNING), recent=zeros(cap + 1), recent_events=zeros(cap + 1, i32),
                recent_n=i32(0))
@@ -612,19 +442,20 @@ def _power_of_two(n):
 
 
 def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capacity=64, trace_length=None):
-    """The compiled fast schedule of one output with q(gamma) as the factor, in the units of
+    """The compiled fast schedule of one output, in the units of
     :func:`ppl_sbl.fast_ard.standard_units`: the arguments and result of
     ``ppl_sbl.fast_ard.schedule._schedule``, the result as the fields of a
-    :class:`ppl_sbl.fast_ard.FastFit` (a dict). Sets the factor's (e, f) to the fit's q(gamma).
-    ``capacity`` and ``trace_length`` are the buffers' first sizes (powers of two; they double as
-    the fit needs; the default trace length is 4 M + 256 rounded up)."""
+    :class:`ppl_sbl.fast_ard.FastFit` (a dict). Sets the host factor to the fit's (q(gamma)'s (e, f),
+    the JJ bound's xi). ``capacity`` and ``trace_length`` are the buffers' first sizes (powers of
+    two; they double as the fit needs; the default trace length is 4 M + 256 rounded up)."""
+    kind = CF.kind_of(factor)
+    if kind is None:
+        raise ValueError(f"the compiled schedule has no form for a {type(factor).__name__} factor.")
     Phi = np.asarray(Phi, dtype=np.float64)
-    t = np.asarray(factor.t, dtype=np.float64)
     N, M = Phi.shape
     if not b0 > 0:
         raise ValueError("The compiled schedule needs a proper Gamma prior on the precisions (a0, b0 > 0); "
                          "fit Tipping & Faul's limit a0 = b0 = 0 with `compiled=False`.")
-    limit = False
     big = np.iinfo(np.int64).max // 4
     shape = (bucket(N), bucket(M))
     if Phi.shape == shape:
@@ -632,27 +463,26 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     else:
         padded = np.zeros(shape)
         padded[:N, :M] = Phi
-    target = np.zeros(padded.shape[0])
-    target[:N] = t
     columns = np.zeros(padded.shape[1], dtype=bool)
     columns[:M] = True
+    Phi2, t, omega, proj, e0, f0 = CF.host_data(factor, kind, padded, N)
 
     def scalar(v, dtype=np.float64):
         return np.asarray(v, dtype=dtype)
 
-    data = Data(Phi=padded, col_sq=np.einsum("nm,nm->m", padded, padded), t=target, proj=target @ padded,
-                a0=scalar(a0), b0=scalar(b0), e0=scalar(factor.e0), f0=scalar(factor.f0), tol=scalar(tol),
+    data = Data(Phi=padded, Phi2=Phi2, col_sq=np.einsum("nm,nm->m", padded, padded), t=t, omega=omega, proj=proj,
+                a0=scalar(a0), b0=scalar(b0), e0=scalar(e0), f0=scalar(f0), tol=scalar(tol),
                 max_passes=scalar(max_passes, np.int64), max_moves=scalar(big if max_moves is None else max_moves,
                                                                        np.int64),
                 exact=scalar(exact, bool), n=scalar(N), m=scalar(M, np.int64), columns=columns)
     data = jax.device_put(data)
     cap = min(_power_of_two(M), _power_of_two(capacity))
     length = _power_of_two(4 * M + 256 if trace_length is None else trace_length)
-    st, buf = _start(data, float(factor.e), float(factor.f), cap, length)
+    st, buf = _start(data, CF.host_state(factor, kind, N, shape[0], shape[1]), cap, length)
     _PROGRESS.append(progress)
     try:
         while True:
-            st, buf = _program(st, buf, data, limit, progress is not None)
+            st, buf = _program(st, buf, data, kind, progress is not None)
             status = int(st.status)
             if status == GROW_ACTIVE:
                 cap = min(2 * cap, _power_of_two(M))
@@ -664,7 +494,7 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     finally:
         _PROGRESS.pop()
     out, trace = jax.device_get((st, buf))
-    factor.e, factor.f = float(out.e), float(out.f)
+    CF.write_back(factor, kind, out, N)
     K = int(out.K)
     active = np.asarray(out.index[:K], dtype=np.intp)
     x, h = np.asarray(out.x[:M]), np.asarray(out.h[:M])

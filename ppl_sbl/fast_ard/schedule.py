@@ -553,8 +553,9 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
     vague_only : raise :class:`NotApplicable` before any fitting where the prior is not vague
         (``CAVI``'s ``schedule="auto"`` passes True: it runs the sweep there).
     compiled : run the passes as one compiled XLA program (:mod:`ppl_sbl.fast_ard.compiled`): the
-        same moves as the host loop, for RVM regression's q(gamma) with a proper hyperprior
-        (a0, b0 > 0); the program compiles once per shape.
+        same moves as the host loop, for :class:`GaussianNoise` (RVM regression's q(gamma)) and
+        :class:`JaakkolaJordan` (RVM classification) with a proper hyperprior (a0, b0 > 0); the
+        program compiles once per shape.
 
     Several outputs. A factor with ``num_outputs`` = C (see :func:`ppl_sbl.fast_ard.outputs.schedule_outputs`) has C
     coefficient vectors w_1, ..., w_C on the same design, each with its own ARD prior and active

@@ -176,6 +176,14 @@ def _fast_fit(Phi, factor, a0, data, groups, **kw):
     return fit, jnp.asarray(shape), jnp.asarray(shape / np.asarray(fit.x)[first])
 
 
+def _compiled_option(compiled, groups):
+    """The fast schedule's ``compiled`` keyword (:func:`ppl_sbl.fast_ard.schedule`): one precision per
+    coefficient only."""
+    if compiled and groups is not None:
+        raise ValueError("`compiled=True` fits one precision per coefficient; with `groups=` use compiled=False.")
+    return {"compiled": True} if compiled else {}
+
+
 def _regression_fast(Phi, t=None, *, a0=1e-6, b0=None, e0=1e-6, f0=None, groups=None, tol=1e-9, max_passes=1000,
                      progress=None, vague_only=False, compiled=False):
     """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`; with ``groups``,
@@ -189,11 +197,8 @@ def _regression_fast(Phi, t=None, *, a0=1e-6, b0=None, e0=1e-6, f0=None, groups=
                     groups, a0, b0)
     s = math.sqrt(f0 / e0)
     noise = fast_ard.GaussianNoise(t / s, e0, e0)
-    if compiled and groups is not None:
-        raise ValueError("`compiled=True` fits one precision per coefficient; with `groups=` use compiled=False.")
-    extra = {"compiled": True} if compiled else {}
     fit, shape, rate = _fast_fit(Phi, noise, a0, data, groups, tol=tol, max_passes=max_passes, progress=progress,
-                                 target_scale=s, vague_only=vague_only, **extra)
+                                 target_scale=s, vague_only=vague_only, **_compiled_option(compiled, groups))
     state = RegressionState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(noise.e),
                             jnp.asarray(noise.f * s * s))
     return data, state, fit
@@ -301,7 +306,7 @@ def _classification_predict(state: ClassificationState, data: ClassificationData
 
 
 def _classification_fast(Phi, t=None, *, a0=1e-6, b0=None, groups=None, tol=1e-9, max_passes=1000, progress=None,
-                         vague_only=False):
+                         vague_only=False, compiled=False):
     """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`; with ``groups``,
     :func:`ppl_sbl.fast_ard.group_schedule`) with the JJ bound's xi as the likelihood factor."""
     if t is None:
@@ -311,7 +316,7 @@ def _classification_fast(Phi, t=None, *, a0=1e-6, b0=None, groups=None, tol=1e-9
     data = rvm_data(L.prepare_bernoulli(Phi, t), groups, a0, b0)
     bound = fast_ard.JaakkolaJordan(t)
     fit, shape, rate = _fast_fit(Phi, bound, a0, data, groups, tol=tol, max_passes=max_passes, progress=progress,
-                                 vague_only=vague_only)
+                                 vague_only=vague_only, **_compiled_option(compiled, groups))
     state = ClassificationState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(bound.xi))
     return data, state, fit
 
