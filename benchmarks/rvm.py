@@ -60,9 +60,11 @@ Classification (``--classification``): Ripley's synthetic data, RBF width delta 
 width 0.5, as the ``ppl-sbl`` command's default) and a bias, on ``ripley`` (``datasets.ripley()``: 250
 training and 1000 test points) and ``ripley_pooled`` (``datasets.ripley_pooled()``'s 1250 points
 split 60/40 at random, seed 0, clean labels, inputs as they are: 750 training and 500 test
-points). Peers: ``fastrvm.RVC(kernel="precomputed", fit_intercept=True)`` (the same column
-mapping), ``CAVI(rvm.classification)`` with the fast schedule and with the sweep (``schedule="fast"``,
-``schedule="sweep"``), and ``CAVI(robust_rvm.classification)`` with both; test error in
+points), and ``moons`` (scikit-learn's ``make_moons(1250, noise=0.3, random_state=0)``: 750
+training and 500 test points). Peers: ``fastrvm.RVC(kernel="precomputed", fit_intercept=True)``
+(the same column mapping), ``CAVI(rvm.classification)`` with the fast schedule (host loop and
+``compiled=True``) and with the sweep (``schedule="fast"``, ``schedule="sweep"``), and
+``CAVI(robust_rvm.classification)`` with all three; test error in
 percentage points (P(t = 1) > 0.5, fastrvm: logit > 0). Where the sweeps take longer than the cap
 per fit, they are called once each.
 
@@ -102,7 +104,8 @@ N_TEST = 600
 EXACT_TOL = 1e-13
 L_GOAL_NATS = 0.1
 SKIP_ABOVE = {"ard": 300}
-CLASSIFICATION_DATA = ("ripley", "ripley_pooled")
+CLASSIFICATION_DATA = ("ripley", "ripley_pooled", "moons")
+MOONS = (750, 500, 0.3)  # make_moons: training and test points, noise
 
 Problem = collections.namedtuple("Problem", "name X t X_test t_test Phi Phi_test K")
 Problem.__doc__ = """One data set and its design.
@@ -142,11 +145,12 @@ def regression_problem(n):
 
 
 def classification_problem(name, subsample=0):
-    """Ripley's data (``ripley``: 250 / 1000, or ``ripley_pooled``: a 60/40 split, 750 / 500).
+    """Ripley's data (``ripley``: 250 / 1000, or ``ripley_pooled``: a 60/40 split, 750 / 500) or two
+    moons (``moons``: scikit-learn's ``make_moons`` with noise 0.3, seed 0, 750 / 500).
 
     Parameters
     ----------
-    name : {"ripley", "ripley_pooled"}
+    name : {"ripley", "ripley_pooled", "moons"}
     subsample : int
         0: every training point; otherwise that many training points, evenly spaced in the training
         set's order (Ripley's training set is sorted by class, so both classes stay in), and every
@@ -165,6 +169,13 @@ def classification_problem(name, subsample=0):
     elif name == "ripley_pooled":
         X, t = datasets.ripley_pooled()
         d = datasets.split_with_label_noise(X, t, label_noise=0.0, normalize=False, seed=0, name="Ripley pooled")
+    elif name == "moons":
+        from sklearn.datasets import make_moons
+
+        n_train, n_test, noise = MOONS
+        X, t = make_moons(n_samples=n_train + n_test, noise=noise, random_state=0)
+        t = t.astype(float)
+        d = argparse.Namespace(X_train=X[:n_train], t_train=t[:n_train], X_test=X[n_train:], t_test=t[n_train:])
     else:
         raise ValueError(f"unknown data set {name!r}; choose from {CLASSIFICATION_DATA}.")
     X, t = d.X_train, d.t_train
@@ -341,10 +352,15 @@ def classification_peers():
         "fastrvm": Peer(lambda p: fastrvm.RVC(kernel="precomputed", fit_intercept=True).fit(p.K, p.t), describe_fastrvm),
         "cavi_fast": Peer(lambda p: ppl_sbl.CAVI(rvm.classification, schedule="fast", progress_bar=False)
                           .run(p.Phi, p.t), describe_cavi),
+        "cavi_fast_compiled": Peer(lambda p: ppl_sbl.CAVI(rvm.classification, schedule="fast", compiled=True,
+                                                          progress_bar=False).run(p.Phi, p.t), describe_cavi),
         "cavi": Peer(lambda p: ppl_sbl.CAVI(rvm.classification, schedule="sweep", progress_bar=False).run(p.Phi, p.t),
                      describe_cavi),
         "cavi_robust_fast": Peer(lambda p: ppl_sbl.CAVI(robust_rvm.classification, schedule="fast", progress_bar=False)
                                  .run(p.Phi, p.t), describe_cavi),
+        "cavi_robust_fast_compiled": Peer(lambda p: ppl_sbl.CAVI(robust_rvm.classification, schedule="fast",
+                                                                 compiled=True, progress_bar=False).run(p.Phi, p.t),
+                                          describe_cavi),
         "cavi_robust": Peer(lambda p: ppl_sbl.CAVI(robust_rvm.classification, schedule="sweep", progress_bar=False)
                             .run(p.Phi, p.t), describe_cavi),
     }

@@ -120,15 +120,52 @@ def test_compiled_classification_makes_the_host_schedules_moves(seed):
     assert np.all(np.diff(fast.elbo_trace) >= -1e-9 * np.abs(fast.elbo_trace[1:]))
 
 
+@pytest.mark.parametrize("kind", ["classification", "regression"])
+def test_compiled_robust_factors_make_the_host_schedules_moves(kind):
+    """The robust RVM's factors: q(omega) held until the first convergence (``release``), then
+    updated with the rest; for classification the bound's xi and the weights' rates extrapolated."""
+    rng = np.random.default_rng(7)
+    if kind == "classification":
+        Phi, t = random_classification(seed=3, N=N, M=M)
+        t[:4] = 1.0 - t[:4]  # flipped labels: outliers
+
+        def factor():
+            return F.RobustJaakkolaJordan(t, 2.0, 2.0)
+        scale = 1.0
+    else:
+        Phi, t = random_regression(seed=3, N=N, M=M, noise=0.1)
+        t[:3] += 5.0  # gross outliers
+        scale = float(np.std(t))
+
+        def factor():
+            return F.RobustGaussianNoise(t / scale, 2.0, 2.0, 1e-6, 1e-6)
+    Phi = np.column_stack([Phi, np.zeros(N), Phi[:, 1]])
+    b0 = 1e-6 * 10 ** rng.uniform(-1, 1, Phi.shape[1])
+    fits = []
+    for use_compiled in (False, True):
+        f = factor()
+        fits.append((F.schedule(Phi, f, a0=1e-6, b0=b0, target_scale=scale, compiled=use_compiled), f))
+    (host, host_f), (fast, fast_f) = fits
+    events = host.trace_events
+    assert host.converged and not host_f.held and not fast_f.held
+    assert fast.num_moves == host.num_moves and fast.num_passes == host.num_passes
+    np.testing.assert_array_equal(fast.active, host.active)
+    np.testing.assert_array_equal(fast.trace_events, events)
+    np.testing.assert_allclose(fast.elbo_trace, host.elbo_trace, rtol=1e-9)
+    np.testing.assert_allclose(fast_f.omega_rate, host_f.omega_rate, rtol=1e-6)
+    assert fast.elbo == pytest.approx(host.elbo, rel=1e-10)
+    assert np.all(np.diff(fast.elbo_trace) >= -1e-9 * np.abs(fast.elbo_trace[1:]))
+
+
 def test_compiled_true_for_a_factor_without_a_compiled_form_is_a_named_error():
     Phi, t, _ = _problem(0)
     with pytest.raises(ValueError, match="compiled"):
-        F.schedule(Phi, F.RobustJaakkolaJordan((t > 0).astype(float), 2.0, 2.0), compiled=True)
+        F.schedule(Phi, F.MultinomialProbit(np.digitize(t, np.quantile(t, [1 / 3, 2 / 3])), 3), compiled=True)
 
 
 def test_cavi_compiled_is_the_host_fast_fit_and_names_what_it_does_not_fit():
     import ppl_sbl
-    from ppl_sbl.models import robust_rvm, rvm
+    from ppl_sbl.models import multiclass, rvm
 
     Phi, t, _ = _problem(21)
     host = ppl_sbl.CAVI(rvm.regression, schedule="fast", progress_bar=False).run(Phi, t)
@@ -144,7 +181,8 @@ def test_cavi_compiled_is_the_host_fast_fit_and_names_what_it_does_not_fit():
     assert fast.elbo == pytest.approx(host.elbo, rel=1e-10) and fast.num_moves == host.num_moves
     np.testing.assert_allclose(fast.predict(Phi[:5]), host.predict(Phi[:5]), rtol=1e-7, atol=1e-10)
     with pytest.raises(ValueError, match="compiled=False"):
-        ppl_sbl.CAVI(robust_rvm.classification, schedule="fast", compiled=True, progress_bar=False).run(Phi, labels)
+        ppl_sbl.CAVI(multiclass.multiclass, schedule="fast", compiled=True, progress_bar=False).run(
+            Phi, np.digitize(t, np.quantile(t, [1 / 3, 2 / 3])))
     with pytest.raises(ValueError, match="compiled=False"):
         ppl_sbl.CAVI(rvm.regression, schedule="fast", compiled=True, progress_bar=False).run(
             Phi, t, groups=np.arange(Phi.shape[1]) // 2)

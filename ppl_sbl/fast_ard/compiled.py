@@ -343,23 +343,26 @@ def _pass_end(st, buf, data, kind, progress):
     ``START``), the factor as it is set into the empty model, and its ELBO. Returns (state,
     buffers)."""
     starting = st.phase == START
-    before = CF.weights(st, kind)
+    before = CF.weights(st, data, kind)
     updated = CF.update(st, buf, data, kind)
-    st = st._replace(e=jnp.where(starting, st.e, updated.e), f=jnp.where(starting, st.f, updated.f),
-                     xi=jnp.where(starting, st.xi, updated.xi))
+    st = st._replace(**{name: jnp.where(starting, getattr(st, name), getattr(updated, name))
+                        for name in ("e", "f", "xi", "omega_shape", "omega_rate")})
     st, buf = CF.set_factor(st, buf, data, kind)
     value = CF.elbo(st, buf, data, kind)
     st = record(st, value, jnp.where(starting, 0, UPDATE))
-    if kind != "gaussian":
+    if kind in ("jj", "robust_jj"):
         st, buf, gain = lax.cond(starting, lambda c: (*c, jnp.zeros_like(value)),
                                  lambda c: CF.extrapolate(*c, data, value, kind), (st, buf))
         value = value + gain
         st = lax.cond(gain > 0, lambda s: record(s, value, UPDATE), lambda s: s, st)
-    change = CF.weights_change(before, CF.weights(st, kind))
+    change = CF.weights_change(before, CF.weights(st, data, kind))
     if progress:
         jax.debug.callback(_report, st.passes, st.moves, value, st.K, starting)
-    converged = ~starting & (st.moves == st.first) & (jnp.abs(value - st.start) <= data.tol * jnp.abs(value)) & (
-        change <= jnp.sqrt(data.tol))
+    converged = ~starting & (st.moves < data.max_moves) & (st.moves == st.first) & (
+        jnp.abs(value - st.start) <= data.tol * jnp.abs(value)) & (change <= jnp.sqrt(data.tol))
+    released, was_held = CF.release(st, kind)
+    st = st._replace(omega_held=jnp.where(converged & was_held, released.omega_held, st.omega_held))
+    converged = converged & ~was_held
     stopped = ~starting & ((st.moves >= data.max_moves) | (st.passes >= data.max_passes))
     status = jnp.where(~starting & (st.moves >= data.max_moves), STOPPED, jnp.where(converged, CONVERGED, jnp.where(
         stopped, STOPPED, RUNNING)))
@@ -395,13 +398,15 @@ def _start(data, factor_fields, cap, length):
     """The empty model, to be started by the program (phase ``START``)."""
     N, M = data.Phi.shape
     zeros, i32, i64 = np.zeros, np.int32, np.int64
-    e, f, xi, W, hist, hist_value, hist_n, hist_active = factor_fields
+    (e, f, xi, W, hist, hist_value, hist_n, hist_active, hist_held, omega_shape, omega_rate,
+     held) = factor_fields
     buf = Buffers(AT=zeros((cap, N)), C=zeros((M, cap)), trace=np.full(length, np.nan), events=zeros(length, i32),
                   length=i32(0))
     st = State(Sigma=zeros((cap, cap)), mu=zeros(cap), index=zeros(cap, i32), K=i32(0), x=np.ones(M), S=zeros(M),
                Q=zeros(M), h=zeros(M), b=zeros(M), active=zeros(M, bool), blocked=zeros(M, bool),
                held=zeros(M, bool), pending=zeros(cap, bool), e=np.float64(e), f=np.float64(f), g=np.float64(1.0),
                xi=xi, W=W, hist=hist, hist_value=hist_value, hist_n=hist_n, hist_active=hist_active,
+               hist_held=np.bool_(hist_held), omega_shape=omega_shape, omega_rate=omega_rate, omega_held=np.bool_(held),
                value=np.float64(0.0), start=np.float64(0.0), first=i64(0), moves=i64(0), passes=i64(1),
                phase=i64(START), status=i64(RUNNING), recent=zeros(cap + 1), recent_events=zeros(cap + 1, i32),
                recent_n=i32(0))
@@ -465,13 +470,13 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
         padded[:N, :M] = Phi
     columns = np.zeros(padded.shape[1], dtype=bool)
     columns[:M] = True
-    Phi2, t, omega, proj, e0, f0 = CF.host_data(factor, kind, padded, N)
+    Phi2, t, omega, proj, e0, f0, c, d = CF.host_data(factor, kind, padded, N)
 
     def scalar(v, dtype=np.float64):
         return np.asarray(v, dtype=dtype)
 
     data = Data(Phi=padded, Phi2=Phi2, col_sq=np.einsum("nm,nm->m", padded, padded), t=t, omega=omega, proj=proj,
-                a0=scalar(a0), b0=scalar(b0), e0=scalar(e0), f0=scalar(f0), tol=scalar(tol),
+                a0=scalar(a0), b0=scalar(b0), e0=scalar(e0), f0=scalar(f0), c=scalar(c), d=scalar(d), tol=scalar(tol),
                 max_passes=scalar(max_passes, np.int64), max_moves=scalar(big if max_moves is None else max_moves,
                                                                        np.int64),
                 exact=scalar(exact, bool), n=scalar(N), m=scalar(M, np.int64), columns=columns)

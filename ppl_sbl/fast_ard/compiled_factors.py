@@ -1,9 +1,17 @@
 """The likelihood factors of the compiled fast schedule (:mod:`ppl_sbl.fast_ard.compiled`), as the
-host factors of :mod:`ppl_sbl.fast_ard.factors` compute them: ``"gaussian"``, RVM regression's
-q(gamma) (:class:`~ppl_sbl.fast_ard.GaussianNoise`), and ``"jj"``, the Jaakkola-Jordan bound of
-RVM classification (:class:`~ppl_sbl.fast_ard.JaakkolaJordan`) with the extrapolation of its xi
-over the passes (:class:`ppl_sbl.fast_ard.passes.Extrapolation`). ``kind`` is a Python string:
-each kind is its own program."""
+host factors of :mod:`ppl_sbl.fast_ard.factors` compute them:
+
+- ``"gaussian"``: RVM regression's q(gamma) (:class:`~ppl_sbl.fast_ard.GaussianNoise`);
+- ``"jj"``: the Jaakkola-Jordan bound of RVM classification (:class:`~ppl_sbl.fast_ard.JaakkolaJordan`);
+- ``"robust_jj"``: that bound with Gamma-distributed weights omega_n
+  (:class:`~ppl_sbl.fast_ard.RobustJaakkolaJordan`);
+- ``"robust_gaussian"``: q(gamma) and the weights of the robust RVM's regression
+  (:class:`~ppl_sbl.fast_ard.RobustGaussianNoise`);
+
+the bounds' xi (and, once they update, the weights' rates) extrapolated over the passes
+(:class:`ppl_sbl.fast_ard.passes.Extrapolation`). ``kind`` is a Python string: each kind is its
+own program. The robust factors hold q(omega) at its start until the schedule has converged once
+(``release``)."""
 from __future__ import annotations
 
 import jax
@@ -15,48 +23,69 @@ from . import compiled_state as CS
 from . import jax_algebra as J
 from ..bounds import jj_lambda
 
-KINDS = ("gaussian", "jj")
 _BLOCK = 8  # slots at a time where B = Phi^T diag(W) Phi_A is formed afresh
 MAX_RATE, RATE_AGREEMENT, SHORTEN = 0.98, 0.05, 0.5  # ``Extrapolation``'s
+_BOUNDS = ("jj", "robust_jj")  # the kinds whose parameters are extrapolated
+_TINY = float(np.finfo(float).tiny)
 
 
 def kind_of(factor):
     """The kind of a host factor, or None where the compiled schedule has none."""
-    from .factors import GaussianNoise, JaakkolaJordan
+    from .factors import GaussianNoise, JaakkolaJordan, RobustGaussianNoise, RobustJaakkolaJordan
 
-    return {GaussianNoise: "gaussian", JaakkolaJordan: "jj"}.get(type(factor))
+    return {GaussianNoise: "gaussian", JaakkolaJordan: "jj", RobustJaakkolaJordan: "robust_jj",
+            RobustGaussianNoise: "robust_gaussian"}.get(type(factor))
 
 
 def host_data(factor, kind, padded, N):
     """The factor's arrays of :class:`ppl_sbl.fast_ard.compiled_state.Data` for the padded design
-    (host NumPy): (Phi2, t, omega, proj, e0, f0)."""
+    (host NumPy): (Phi2, t, omega, proj, e0, f0, c, d)."""
     t = np.zeros(padded.shape[0])
     t[:N] = np.asarray(factor.t, dtype=np.float64)
     omega = np.zeros(padded.shape[0])
     omega[:N] = 1.0
+    e0, f0 = (float(factor.e0), float(factor.f0)) if kind in ("gaussian", "robust_gaussian") else (0.0, 0.0)
+    c, d = (float(factor.c), float(factor.d)) if kind.startswith("robust") else (0.0, 0.0)
     if kind == "gaussian":
-        return np.zeros((1, 1)), t, omega, t @ padded, float(factor.e0), float(factor.f0)
-    return padded * padded, t, omega, (omega * (t - 0.5)) @ padded, 0.0, 0.0
+        return np.zeros((1, 1)), t, omega, t @ padded, e0, f0, c, d
+    return padded * padded, t, omega, (omega * (t - 0.5)) @ padded, e0, f0, c, d
 
 
 def host_state(factor, kind, N, padded_N, M):
     """The factor's fields of the starting :class:`~ppl_sbl.fast_ard.compiled_state.State`: (e, f,
-    xi, W, hist, hist_value, hist_n, hist_active)."""
-    if kind == "gaussian":
-        one = np.zeros(1)
-        return (float(factor.e), float(factor.f), one, one, np.zeros((4, 1)), np.zeros(4), np.int32(0),
-                np.zeros(1, bool))
-    xi = np.zeros(padded_N)
-    xi[:N] = factor.xi
-    return 0.0, 0.0, xi, np.zeros(padded_N), np.zeros((4, padded_N)), np.zeros(4), np.int32(0), np.zeros(M, bool)
+    xi, W, hist, hist_value, hist_n, hist_active, hist_held, omega_shape, omega_rate, held)."""
+    def padded(v, fill):
+        out = np.full(padded_N, fill, dtype=np.float64)
+        out[:N] = v
+        return out
+
+    one = np.zeros(1)
+    e, f = (float(factor.e), float(factor.f)) if kind in ("gaussian", "robust_gaussian") else (0.0, 0.0)
+    xi = padded(factor.xi, 0.0) if kind in _BOUNDS else one
+    W = np.zeros(padded_N) if kind != "gaussian" else one
+    size = {"jj": padded_N, "robust_jj": 2 * padded_N}.get(kind, 1)
+    hist = (np.zeros((4, size)), np.zeros(4), np.int32(0), np.zeros(M if kind in _BOUNDS else 1, bool), False)
+    if kind == "robust_jj":
+        omega = (np.full(padded_N, float(factor.c)), padded(factor.omega_rate, float(factor.d)), bool(factor.held))
+    elif kind == "robust_gaussian":
+        omega = (padded(factor.omega_shape, float(factor.c)), padded(factor.omega_rate, float(factor.d)),
+                 bool(factor.held))
+    else:
+        omega = (one, one, False)
+    return (e, f, xi, W) + hist + omega
 
 
 def write_back(factor, kind, st, N):
     """The fit's factor into the host factor."""
-    if kind == "gaussian":
+    if kind in ("gaussian", "robust_gaussian"):
         factor.e, factor.f = float(st.e), float(st.f)
-    else:
+    if kind in _BOUNDS:
         factor.xi = np.asarray(st.xi[:N])
+    if kind.startswith("robust"):
+        factor.omega_rate = np.asarray(st.omega_rate[:N])
+        factor.held = bool(st.omega_held)
+        if kind == "robust_gaussian":
+            factor.omega_shape = np.asarray(st.omega_shape[:N])
 
 
 def _jj_B(buf, data, W, K):
@@ -73,16 +102,28 @@ def _jj_B(buf, data, W, K):
     return lax.fori_loop(0, (K + blocks - 1) // blocks, body, jnp.zeros_like(buf.C))
 
 
+def _weights(st, data, kind):
+    """(W, r) (N,) of the factor's current parameters (q(gamma): E[gamma] and Phi^T r's scale)."""
+    if kind == "gaussian":
+        return st.e / st.f, None
+    if kind == "robust_gaussian":
+        W = (st.e / st.f) * data.omega * st.omega_shape / st.omega_rate
+        return W, W * data.t
+    weight = data.omega * (data.c / st.omega_rate if kind == "robust_jj" else 1.0)
+    return 2.0 * weight * jj_lambda(st.xi), weight * (data.t - 0.5)
+
+
 def set_factor(st, buf, data, kind):
     """(W, r) from the factor; h, b and B for them; the frozen q(alpha) at the optimum (2); q(w)
     and the statistics exactly (``_Schedule.set_factor``). Returns (state, buffers)."""
+    W, r = _weights(st, data, kind)
     if kind == "gaussian":
-        g = st.e / st.f
+        g = W
         h, b = g * data.col_sq, g * data.proj
     else:
         g = jnp.ones_like(st.g)
-        W = 2.0 * data.omega * jj_lambda(st.xi)
-        h, b = W @ data.Phi2, data.proj
+        h = W @ data.Phi2
+        b = data.proj if kind == "jj" else r @ data.Phi
         buf = buf._replace(C=_jj_B(buf, data, W, st.K))
         st = st._replace(W=W)
     x_out, _ = J.frozen_optimum(h, data.a0, data.b0, False)
@@ -92,7 +133,7 @@ def set_factor(st, buf, data, kind):
 
 def _moments(st, buf, data, kind):
     """The moments of phi_n^T w under the restricted q(w): (mean (N,), the sum of the variances)
-    for q(gamma), (mean, the variances (N,)) for the JJ bound."""
+    for q(gamma), (mean, the variances (N,)) for the others."""
     frozen_var = jnp.where(st.active, 0.0, 1.0 / (st.x + st.h))
     mean = st.mu @ buf.AT
     if kind == "gaussian":
@@ -102,35 +143,67 @@ def _moments(st, buf, data, kind):
     return mean, jnp.sum((st.Sigma @ buf.AT) * buf.AT, axis=0) + data.Phi2 @ frozen_var
 
 
+def _bound(xi, mean, var, data):
+    """E_q of the JJ bound (27) on ln p(t_n | w) at xi, for every point (``JaakkolaJordan.pointwise``)."""
+    return (jax.nn.log_sigmoid(xi) + 0.5 * ((2.0 * data.t - 1.0) * mean - xi)
+            - jj_lambda(xi) * (mean * mean + var - xi * xi))
+
+
 def update(st, buf, data, kind):
-    """The factor's own updates given q(w): q(gamma)'s (e, f) (grid RVM eq. (18)), or xi_n^2 =
-    E[(phi_n^T w)^2] (30)."""
+    """The factor's own updates given q(w) (the host factors' ``update``): q(gamma) (grid RVM eq.
+    (18)); xi_n^2 = E[(phi_n^T w)^2] (30); the weights' rates first where they update (Hwang &
+    Jeong (14)-(15); the robust regression's q(omega) after q(gamma))."""
     mean, var = _moments(st, buf, data, kind)
     if kind == "gaussian":
         residual = data.t - mean
         return st._replace(e=data.e0 + 0.5 * data.n, f=data.f0 + 0.5 * (residual @ residual + var))
+    if kind == "robust_gaussian":
+        sq = (data.t - mean) ** 2 + var
+        e = data.e0 + 0.5 * data.n
+        f = data.f0 + 0.5 * jnp.sum(data.omega * st.omega_shape / st.omega_rate * sq)
+        shape = jnp.where(st.omega_held, st.omega_shape, data.c + 0.5)
+        rate = jnp.where(st.omega_held, st.omega_rate, data.d + 0.5 * (e / f) * sq)
+        return st._replace(e=e, f=f, omega_shape=shape, omega_rate=rate)
+    if kind == "robust_jj":
+        st = st._replace(omega_rate=jnp.where(st.omega_held, st.omega_rate, data.d - _bound(st.xi, mean, var, data)))
     return st._replace(xi=jnp.sqrt(mean * mean + var))
 
 
 def elbo(st, buf, data, kind):
     """The restricted-family ELBO: the factor's terms and the coefficients' (``_Schedule.elbo``)."""
     mean, var = _moments(st, buf, data, kind)
+    real = data.omega > 0
     if kind == "gaussian":
         residual = data.t - mean
         e, f = st.e, st.f
         lik = (0.5 * data.n * (jax.scipy.special.digamma(e) - jnp.log(f) - J.LOG_2PI)
                - 0.5 * (e / f) * (residual @ residual + var) + J.gamma_prior_and_entropy(e, f, data.e0, data.f0, False))
+    elif kind == "robust_gaussian":
+        e, f = st.e, st.f
+        e_omega = st.omega_shape / st.omega_rate
+        e_log_omega = jax.scipy.special.digamma(st.omega_shape) - jnp.log(st.omega_rate)
+        e_log_gamma = jax.scipy.special.digamma(e) - jnp.log(f)
+        sq = (data.t - mean) ** 2 + var
+        lik = (0.5 * jnp.sum(jnp.where(real, e_log_gamma + e_log_omega - J.LOG_2PI, 0.0))
+               - 0.5 * (e / f) * jnp.sum(data.omega * e_omega * sq)
+               + J.gamma_prior_and_entropy(e, f, data.e0, data.f0, False)
+               + J.gamma_prior_and_entropy(st.omega_shape, st.omega_rate, data.c, data.d, False, real))
     else:
-        xi = st.xi
-        pointwise = (jax.nn.log_sigmoid(xi) + 0.5 * ((2.0 * data.t - 1.0) * mean - xi)
-                     - jj_lambda(xi) * (mean * mean + var - xi * xi))
-        lik = jnp.sum(data.omega * pointwise)
+        weight = data.omega * (data.c / st.omega_rate if kind == "robust_jj" else 1.0)
+        lik = jnp.sum(weight * _bound(st.xi, mean, var, data))
+        if kind == "robust_jj":
+            lik = lik + J.gamma_prior_and_entropy(jnp.full_like(st.omega_rate, data.c), st.omega_rate, data.c,
+                                                  data.d, False, real)
     return lik + CS.coefficient_terms(st, data)
 
 
-def weights(st, kind):
-    """What of (W, r) changes between updates: E[gamma], or W (the JJ bound's r is fixed)."""
-    return st.g[None] if kind == "gaussian" else st.W
+def weights(st, data, kind):
+    """The factor's (W, r) as one vector, for the stopping rule's change of them (q(gamma): the
+    scale E[gamma] alone; the JJ bound: W, its r being fixed)."""
+    W, r = _weights(st, data, kind)
+    if kind == "gaussian":
+        return W[None]
+    return W if kind == "jj" else jnp.concatenate([W, r])
 
 
 def weights_change(old, new):
@@ -139,15 +212,40 @@ def weights_change(old, new):
     return jnp.max(jnp.abs(old - new) / scale)
 
 
+def release(st, kind):
+    """``release``: (state with q(omega) free to update, whether it was held)."""
+    if not kind.startswith("robust"):
+        return st, jnp.asarray(False)
+    return st._replace(omega_held=jnp.asarray(False)), st.omega_held
+
+
+def _parameters(st, kind):
+    """The parameters the extrapolation moves: xi, and the weights' rates once they update (zero
+    while held)."""
+    if kind == "jj":
+        return st.xi
+    return jnp.concatenate([st.xi, jnp.where(st.omega_held, 0.0, st.omega_rate)])
+
+
+def _set_parameters(st, value, kind):
+    n = st.xi.shape[0]
+    st = st._replace(xi=jnp.maximum(value[:n], 0.0))
+    if kind == "robust_jj":
+        st = st._replace(omega_rate=jnp.where(st.omega_held, st.omega_rate, jnp.maximum(value[n:], _TINY)))
+    return st
+
+
 def extrapolate(st, buf, data, value, kind):
     """``Extrapolation.__call__`` after a pass's update at ELBO ``value``: where the last four passes'
-    xi ended with the same active set and step geometrically, Aitken's step on xi, shortened until
-    the ELBO rises, else xi as it was. Returns (state, buffers, gain)."""
-    if kind == "gaussian":
+    parameters ended with the same active set (and the weights held or not alike) and step
+    geometrically, Aitken's step, shortened until the ELBO rises, else the parameters as they
+    were. Returns (state, buffers, gain)."""
+    if kind not in _BOUNDS:
         return st, buf, jnp.zeros_like(value)
-    same = jnp.all(st.hist_active == st.active)
+    current = _parameters(st, kind)
+    same = jnp.all(st.hist_active == st.active) & (st.hist_held == st.omega_held)
     n = jnp.where((st.hist_n > 0) & ~same, 0, st.hist_n)
-    hist = jnp.concatenate([st.hist[1:], st.xi[None]])
+    hist = jnp.concatenate([st.hist[1:], current[None]])
     hist_value = jnp.concatenate([st.hist_value[1:], value[None]])
     n = jnp.minimum(n + 1, 4)
     steps = hist[1:] - hist[:-1]
@@ -156,36 +254,35 @@ def extrapolate(st, buf, data, value, kind):
     rate0 = norms[1] / jnp.where(norms[0] > 0, norms[0], 1.0)
     rate = norms[2] / jnp.where(norms[1] > 0, norms[1], 1.0)
     ready = n == 4
-    geometric = (jnp.min(norms) > 0) & aligned
-    tail = geometric & (rate < MAX_RATE) & (jnp.abs(rate - rate0) <= RATE_AGREEMENT * rate)
+    tail = (jnp.min(norms) > 0) & aligned & (rate < MAX_RATE) & (jnp.abs(rate - rate0) <= RATE_AGREEMENT * rate)
     n = jnp.where(ready, jnp.where(tail, 1, 3), n)
-    st = st._replace(hist=hist, hist_value=hist_value, hist_active=st.active)
+    st = st._replace(hist=hist, hist_value=hist_value, hist_active=st.active, hist_held=st.omega_held)
     new, d = hist[3], steps[2]
     length = rate / (1.0 - jnp.where(tail, rate, 0.0))
 
     def cond(carry):
-        length, found, _, _ = carry
-        return (length >= 1.0) & ~found
+        length, gain, _, _ = carry
+        return (length >= 1.0) & ~(gain > 0)
 
     def body(carry):
         length, _, trial, trial_buf = carry
-        trial, trial_buf = set_factor(trial._replace(xi=jnp.maximum(new + d * length, 0.0)), trial_buf, data, kind)
+        trial, trial_buf = set_factor(_set_parameters(st, new + d * length, kind), buf, data, kind)
         gain = elbo(trial, trial_buf, data, kind) - value
-        return jnp.where(gain > 0, length, length * SHORTEN), gain > 0, trial, trial_buf
+        return jnp.where(gain > 0, length, length * SHORTEN), gain, trial, trial_buf
 
     go = ready & tail
-    length, found, trial, trial_buf = lax.while_loop(
-        cond, body, (jnp.where(go, length, 0.0), jnp.asarray(False), st, buf))
+    _, gain, trial, trial_buf = lax.while_loop(
+        cond, body, (jnp.where(go, length, 0.0), jnp.zeros_like(value), st, buf))
 
     def kept(_):
-        return trial._replace(hist_n=jnp.zeros_like(n)), trial_buf, elbo(trial, trial_buf, data, kind) - value
+        return trial._replace(hist_n=jnp.zeros_like(n)), trial_buf, gain
 
-    def restored(_):  # xi as it was: the state before the trials, q(w) the same
-        back, back_buf = set_factor(st._replace(xi=new), buf, data, kind)
+    def restored(_):  # the parameters as they were: q(w) the same
+        back, back_buf = set_factor(_set_parameters(st, new, kind), buf, data, kind)
         return back._replace(hist_n=n), back_buf, jnp.zeros_like(value)
 
     def untouched(_):
         return st._replace(hist_n=n), buf, jnp.zeros_like(value)
 
-    branch = jnp.where(go, jnp.where(found, 0, 1), 2)
+    branch = jnp.where(go, jnp.where(gain > 0, 0, 1), 2)
     return lax.switch(branch, (kept, restored, untouched), None)

@@ -40,6 +40,8 @@ class Data(NamedTuple):
     b0: jax.Array
     e0: jax.Array
     f0: jax.Array
+    c: jax.Array  # the robust factors' Gamma(c, d) prior on each omega_n
+    d: jax.Array
     tol: jax.Array
     max_passes: jax.Array
     max_moves: jax.Array
@@ -84,6 +86,10 @@ class State(NamedTuple):
     hist_value: jax.Array
     hist_n: jax.Array
     hist_active: jax.Array
+    hist_held: jax.Array
+    omega_shape: jax.Array  # the robust factors' q(omega_n) = Gamma(shape_n, rate_n) (N,), and
+    omega_rate: jax.Array   # whether it is held at its start (``release``)
+    omega_held: jax.Array
     value: jax.Array
     start: jax.Array
     first: jax.Array

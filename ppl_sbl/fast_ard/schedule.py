@@ -553,9 +553,9 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
     vague_only : raise :class:`NotApplicable` before any fitting where the prior is not vague
         (``CAVI``'s ``schedule="auto"`` passes True: it runs the sweep there).
     compiled : run the passes as one compiled XLA program (:mod:`ppl_sbl.fast_ard.compiled`): the
-        same moves as the host loop, for :class:`GaussianNoise` (RVM regression's q(gamma)) and
-        :class:`JaakkolaJordan` (RVM classification) with a proper hyperprior (a0, b0 > 0); the
-        program compiles once per shape.
+        same moves as the host loop, for one output (:class:`GaussianNoise`,
+        :class:`JaakkolaJordan`, :class:`RobustJaakkolaJordan`, :class:`RobustGaussianNoise`) with a
+        proper hyperprior (a0, b0 > 0); the program compiles once per shape.
 
     Several outputs. A factor with ``num_outputs`` = C (see :func:`ppl_sbl.fast_ard.outputs.schedule_outputs`) has C
     coefficient vectors w_1, ..., w_C on the same design, each with its own ARD prior and active
@@ -574,14 +574,14 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
     if vague_only and not is_vague(a0):
         raise NotApplicable(f"the hyperprior shape a0={a0!r} is not vague (a0 >= ppl_sbl.priors.VAGUE_SHAPE): the "
                             "ELBO's optimum keeps every coefficient in the model, where the sweep goes directly.")
+    if compiled and not compiled_schedule.supports(factor):
+        raise ValueError(f"`compiled=True`: the compiled schedule does not fit a {type(factor).__name__} factor.")
     if getattr(factor, "num_outputs", None) is not None:
         fit = schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, _Schedule)
         if gain is None and offset == 0.0:
             return fit
         return fit._replace(fits=tuple(original_units(f, gain, offset) for f in fit.fits),
                             elbo_trace=fit.elbo_trace + offset)
-    if compiled and not compiled_schedule.supports(factor):
-        raise ValueError(f"`compiled=True`: the compiled schedule does not fit a {type(factor).__name__} factor.")
     if compiled:
         fit = FastFit(**compiled_schedule.run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact))
     else:

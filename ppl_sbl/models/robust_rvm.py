@@ -278,7 +278,7 @@ def _extras(state, data):
 
 
 def _classification_fast(Phi, t=None, *, a0=1e-5, b0=None, c0=DEFAULT_R, d0=DEFAULT_R, a=None, b=None, c=None,
-                         d=None, tol=1e-9, max_passes=1000, progress=None, vague_only=False):
+                         d=None, tol=1e-9, max_passes=1000, progress=None, vague_only=False, compiled=False):
     """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`) with the weighted JJ bound, q(omega)
     and xi as the likelihood factor."""
     h = _hyperparameters(dict(a0=a0, b0=b0, c0=c0, d0=d0), dict(a=a, b=b, c=c, d=d))
@@ -286,7 +286,7 @@ def _classification_fast(Phi, t=None, *, a0=1e-5, b0=None, c0=DEFAULT_R, d0=DEFA
     a0 = float(data.base.a0)
     factor = fast_ard.RobustJaakkolaJordan(np.asarray(data.t), float(data.c), float(data.d))
     fit = fast_ard.schedule(np.asarray(data.Phi), factor, a0=a0, b0=np.asarray(data.base.b0), tol=tol,
-                            max_passes=max_passes, progress=progress, vague_only=vague_only)
+                            max_passes=max_passes, progress=progress, vague_only=vague_only, compiled=compiled)
     shape, rate = fast_ard.alpha_factors(fit, a0)
     state = ClassificationState(fast_ard.active_gaussian(fit), shape, rate, jnp.full(len(factor.t), data.c),
                                 jnp.asarray(factor.omega_rate), jnp.asarray(factor.xi))
@@ -411,7 +411,7 @@ def _regression_predict(state: RegressionState, data: RobustData, Phi_new):
 
 
 def _regression_fast(Phi, t=None, *, a0=1e-6, b0=None, c0=2.0, d0=2.0, e0=1e-6, f0=None, a=None, b=None, c=None,
-                     d=None, tol=1e-9, max_passes=1000, progress=None, vague_only=False):
+                     d=None, tol=1e-9, max_passes=1000, progress=None, vague_only=False, compiled=False):
     """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`) with q(gamma) and q(omega) as the
     likelihood factor, on the targets in units of s = sqrt(f0 / e0) (where the noise prior's mean
     is 1)."""
@@ -421,7 +421,8 @@ def _regression_fast(Phi, t=None, *, a0=1e-6, b0=None, c0=2.0, d0=2.0, e0=1e-6, 
     s = math.sqrt(float(data.f0) / e0)
     factor = fast_ard.RobustGaussianNoise(np.asarray(data.t) / s, float(data.c), float(data.d), e0, e0)
     fit = fast_ard.schedule(np.asarray(data.Phi), factor, a0=a0, b0=np.asarray(data.base.b0), tol=tol,
-                            max_passes=max_passes, progress=progress, target_scale=s, vague_only=vague_only)
+                            max_passes=max_passes, progress=progress, target_scale=s, vague_only=vague_only,
+                            compiled=compiled)
     shape, rate = fast_ard.alpha_factors(fit, a0)
     state = RegressionState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(factor.omega_shape),
                             jnp.asarray(factor.omega_rate), jnp.asarray(factor.e), jnp.asarray(factor.f * s * s))
