@@ -7,9 +7,10 @@ the statistics S and Q (M,), with the slots past K (the active count) zero. It m
 moves as the host schedule (:class:`ppl_sbl.fast_ard.schedule._Schedule`, whose docstrings give
 the rules), so the fit is the same to rounding.
 
-Where an add finds the buffers full, or the ELBO trace's buffer nearly so, the program returns
-to the host, which doubles the buffer and goes on with a program for the larger shape; the
-capacities are powers of two, so that nearby problems share programs.
+Where an add finds the buffers full, the program returns to the host, which doubles them and goes
+on with the program for the larger shape (the capacities are powers of two, so that nearby
+problems share programs); where the ELBO trace's buffer is nearly full, the host takes its entries
+off and the same program goes on.
 
 The likelihood factors are RVM regression's q(gamma) and RVM classification's Jaakkola-Jordan
 bound (:mod:`ppl_sbl.fast_ard.compiled_factors`). The state and the operations every factor
@@ -391,7 +392,9 @@ def _program(st, buf, data, kind, progress):
         return flush(st, buf)
 
     st = st._replace(status=jnp.asarray(RUNNING))
-    return lax.while_loop(lambda c: c[0].status == RUNNING, passes, (st, buf))
+    st, buf = lax.while_loop(lambda c: c[0].status == RUNNING, passes, (st, buf))
+    # the types the program takes (no weak types), so that a call that goes on compiles nothing
+    return st._replace(phase=st.phase.astype(jnp.int64), status=st.status.astype(jnp.int64)), buf
 
 
 def _start(data, factor_fields, cap, length):
@@ -413,22 +416,19 @@ def _start(data, factor_fields, cap, length):
     return jax.device_put((st, buf))
 
 
-def _grown(st, buf, cap=None, length=None):
-    """The state in buffers of capacity ``cap`` (slots) and ``length`` (trace entries)."""
-    def pad(a, axes, size):
+def _grown(st, buf, cap):
+    """The state in buffers of capacity ``cap`` (slots)."""
+    def pad(a, axes):
         widths = [(0, 0)] * a.ndim
         for ax in axes:
-            widths[ax] = (0, size - a.shape[ax])
+            widths[ax] = (0, cap - a.shape[ax])
         return jnp.pad(a, widths)
 
-    if cap is not None:
-        buf = buf._replace(AT=pad(buf.AT, [0], cap), C=pad(buf.C, [1], cap))
-        st = st._replace(recent=pad(st.recent, [0], cap + 1), recent_events=pad(st.recent_events, [0], cap + 1),
-                         Sigma=pad(st.Sigma, [0, 1], cap), mu=pad(st.mu, [0], cap), index=pad(st.index, [0], cap),
-                         pending=pad(st.pending, [0], cap))
-    if length is not None:
-        buf = buf._replace(trace=jnp.concatenate([buf.trace, jnp.full(length - buf.trace.shape[0], jnp.nan)]),
-                           events=pad(buf.events, [0], length))
+    buf = buf._replace(AT=pad(buf.AT, [0]), C=pad(buf.C, [1]))
+    st = st._replace(recent=jnp.pad(st.recent, (0, cap + 1 - st.recent.shape[0])),
+                     recent_events=jnp.pad(st.recent_events, (0, cap + 1 - st.recent_events.shape[0])),
+                     Sigma=pad(st.Sigma, [0, 1]), mu=pad(st.mu, [0]), index=pad(st.index, [0]),
+                     pending=pad(st.pending, [0]))
     return st, buf
 
 
@@ -451,8 +451,10 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     :func:`ppl_sbl.fast_ard.standard_units`: the arguments and result of
     ``ppl_sbl.fast_ard.schedule._schedule``, the result as the fields of a
     :class:`ppl_sbl.fast_ard.FastFit` (a dict). Sets the host factor to the fit's (q(gamma)'s (e, f),
-    the JJ bound's xi). ``capacity`` and ``trace_length`` are the buffers' first sizes (powers of
-    two; they double as the fit needs; the default trace length is 4 M + 256 rounded up)."""
+    the JJ bound's xi, the weights' q(omega)). ``capacity``: the active block's first capacity (a
+    power of two; it doubles as the fit needs, a new program); ``trace_length``: the ELBO trace's
+    buffer (default 4 M + 256 rounded up to a power of two), taken off to the host whenever it
+    fills."""
     kind = CF.kind_of(factor)
     if kind is None:
         raise ValueError(f"the compiled schedule has no form for a {type(factor).__name__} factor.")
@@ -482,8 +484,18 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
                 exact=scalar(exact, bool), n=scalar(N), m=scalar(M, np.int64), columns=columns)
     data = jax.device_put(data)
     cap = min(_power_of_two(M), _power_of_two(capacity))
-    length = _power_of_two(4 * M + 256 if trace_length is None else trace_length)
+    length = _power_of_two(max(4 * M + 256 if trace_length is None else trace_length, 4 * (cap + 1)))
     st, buf = _start(data, CF.host_state(factor, kind, N, shape[0], shape[1]), cap, length)
+    values, events = [], []  # the trace's entries taken off the buffer when it filled
+
+    def take_off(buf, length):
+        n = int(buf.length)
+        values.append(np.asarray(buf.trace[:n]))
+        events.append(np.asarray(buf.events[:n]))
+        if length == buf.trace.shape[0]:
+            return buf._replace(length=np.int32(0))
+        return buf._replace(trace=np.full(length, np.nan), events=np.zeros(length, np.int32), length=np.int32(0))
+
     _PROGRESS.append(progress)
     try:
         while True:
@@ -491,14 +503,19 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
             status = int(st.status)
             if status == GROW_ACTIVE:
                 cap = min(2 * cap, _power_of_two(M))
-                st, buf = _grown(st, buf, cap=cap)
+                st, buf = _grown(st, buf, cap)
+                if buf.trace.shape[0] < 4 * (cap + 1):  # room for a step's entries
+                    buf = take_off(buf, _power_of_two(4 * (cap + 1)))
             elif status == GROW_TRACE:
-                st, buf = _grown(st, buf, length=2 * buf.trace.shape[0])
+                buf = take_off(buf, buf.trace.shape[0])
             else:
                 break
     finally:
         _PROGRESS.pop()
     out, trace = jax.device_get((st, buf))
+    n = int(trace.length)
+    values = np.concatenate(values + [np.asarray(trace.trace[:n])])
+    events = np.concatenate(events + [np.asarray(trace.events[:n])])
     CF.write_back(factor, kind, out, N)
     K = int(out.K)
     active = np.asarray(out.index[:K], dtype=np.intp)
@@ -511,10 +528,9 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     with np.errstate(divide="ignore", invalid="ignore"):
         s = np.where(xa * diag > 0.5, xa * S / (xa - S), 1.0 / diag - xa)
     q = mu / diag
-    n = int(trace.length)
     return dict(active=active, mu=mu, Sigma=Sigma, x=x, frozen_var=frozen_var,
-                supported=np.abs(q) > np.sqrt(np.maximum(s, 0.0)), elbo_trace=np.asarray(trace.trace[:n]),
-                trace_events=np.asarray(trace.events[1:n], dtype=int), num_moves=int(out.moves),
+                supported=np.abs(q) > np.sqrt(np.maximum(s, 0.0)), elbo_trace=values,
+                trace_events=events[1:].astype(int), num_moves=int(out.moves),
                 num_passes=int(out.passes), converged=status == CONVERGED)
 
 
