@@ -338,6 +338,47 @@ def _move_step(st, buf, data, per_pass, kind):
     return flush(st, buf)
 
 
+def _choose(pred, a, b):
+    return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
+
+
+def _evaluations(st, buf, data, kind, starting):
+    """The factor set afresh at its updated parameters and the ELBO there (recorded), then the
+    extrapolation's trials (:func:`ppl_sbl.fast_ard.compiled_factors.plan`; none at the start of a
+    fit), each the factor set afresh and the ELBO: one loop, one evaluation a turn. Returns (state,
+    buffers, ELBO)."""
+    def cond(carry):
+        return (carry[0] == 0) | carry[2]
+
+    def body(carry):
+        i, length, searching, cur, cur_buf, value, new, d = carry
+        first = i == 0
+        trial = _choose(first, cur, CF.set_parameters(cur, new + d * length, kind))
+        trial, trial_buf = CF.set_factor(trial, cur_buf, data, kind)
+        trial_value = CF.elbo(trial, trial_buf, data, kind)
+        # after the first evaluation: its record and the extrapolation's plan
+        base = record(trial, trial_value, jnp.where(starting, 0, UPDATE))
+        planned, go, new0, d0, length0 = CF.plan(base, trial_value, kind)
+        base = _choose(starting, base, planned)
+        # after a trial: kept where it raises the ELBO, else the next length
+        kept = ~first & (trial_value > value)
+        won = record(trial._replace(hist_n=jnp.zeros_like(trial.hist_n)), trial_value, UPDATE)
+        shorter = length * CF.SHORTEN
+        return (i + 1,
+                jnp.where(first, length0, jnp.where(kept, length, shorter)),
+                jnp.where(first, go & ~starting & (length0 >= 1.0), ~kept & (shorter >= 1.0)),
+                _choose(first, base, _choose(kept, won, cur)),
+                _choose(first | kept, trial_buf, cur_buf),
+                jnp.where(first | kept, trial_value, value),
+                jnp.where(first, new0, new), jnp.where(first, d0, d))
+
+    P = CF.parameters(st, kind).shape[0]
+    start = (jnp.asarray(0), jnp.asarray(0.0), jnp.asarray(True), st, buf, jnp.asarray(0.0), jnp.zeros(P),
+             jnp.zeros(P))
+    _, _, _, st, buf, value, _, _ = lax.while_loop(cond, body, start)
+    return st, buf, value
+
+
 def _pass_end(st, buf, data, kind, progress):
     """The factor's update given q(w), the factor set afresh, the ELBO, the extrapolation of the
     factor (``Extrapolation``), the stopping rule (``run_passes``). At the start of a fit (phase
@@ -348,14 +389,12 @@ def _pass_end(st, buf, data, kind, progress):
     updated = CF.update(st, buf, data, kind)
     st = st._replace(**{name: jnp.where(starting, getattr(st, name), getattr(updated, name))
                         for name in ("e", "f", "xi", "omega_shape", "omega_rate")})
-    st, buf = CF.set_factor(st, buf, data, kind)
-    value = CF.elbo(st, buf, data, kind)
-    st = record(st, value, jnp.where(starting, 0, UPDATE))
-    if kind in ("jj", "robust_jj"):
-        st, buf, gain = lax.cond(starting, lambda c: (*c, jnp.zeros_like(value)),
-                                 lambda c: CF.extrapolate(*c, data, value, kind), (st, buf))
-        value = value + gain
-        st = lax.cond(gain > 0, lambda s: record(s, value, UPDATE), lambda s: s, st)
+    if kind in CF.BOUNDS:
+        st, buf, value = _evaluations(st, buf, data, kind, starting)
+    else:
+        st, buf = CF.set_factor(st, buf, data, kind)
+        value = CF.elbo(st, buf, data, kind)
+        st = record(st, value, jnp.where(starting, 0, UPDATE))
     change = CF.weights_change(before, CF.weights(st, data, kind))
     if progress:
         jax.debug.callback(_report, st.passes, st.moves, value, st.K, starting)

@@ -25,7 +25,7 @@ from ..bounds import jj_lambda
 
 _BLOCK = 8  # slots at a time where B = Phi^T diag(W) Phi_A is formed afresh
 MAX_RATE, RATE_AGREEMENT, SHORTEN = 0.98, 0.05, 0.5  # ``Extrapolation``'s
-_BOUNDS = ("jj", "robust_jj")  # the kinds whose parameters are extrapolated
+BOUNDS = ("jj", "robust_jj")  # the kinds whose parameters are extrapolated
 _TINY = float(np.finfo(float).tiny)
 
 
@@ -61,10 +61,10 @@ def host_state(factor, kind, N, padded_N, M):
 
     one = np.zeros(1)
     e, f = (float(factor.e), float(factor.f)) if kind in ("gaussian", "robust_gaussian") else (0.0, 0.0)
-    xi = padded(factor.xi, 0.0) if kind in _BOUNDS else one
+    xi = padded(factor.xi, 0.0) if kind in BOUNDS else one
     W = np.zeros(padded_N) if kind != "gaussian" else one
     size = {"jj": padded_N, "robust_jj": 2 * padded_N}.get(kind, 1)
-    hist = (np.zeros((4, size)), np.zeros(4), np.int32(0), np.zeros(M if kind in _BOUNDS else 1, bool), False)
+    hist = (np.zeros((4, size)), np.zeros(4), np.int32(0), np.zeros(M if kind in BOUNDS else 1, bool), False)
     if kind == "robust_jj":
         omega = (np.full(padded_N, float(factor.c)), padded(factor.omega_rate, float(factor.d)), bool(factor.held))
     elif kind == "robust_gaussian":
@@ -79,7 +79,7 @@ def write_back(factor, kind, st, N):
     """The fit's factor into the host factor."""
     if kind in ("gaussian", "robust_gaussian"):
         factor.e, factor.f = float(st.e), float(st.f)
-    if kind in _BOUNDS:
+    if kind in BOUNDS:
         factor.xi = np.asarray(st.xi[:N])
     if kind.startswith("robust"):
         factor.omega_rate = np.asarray(st.omega_rate[:N])
@@ -219,7 +219,7 @@ def release(st, kind):
     return st._replace(omega_held=jnp.asarray(False)), st.omega_held
 
 
-def _parameters(st, kind):
+def parameters(st, kind):
     """The parameters the extrapolation moves: xi, and the weights' rates once they update (zero
     while held)."""
     if kind == "jj":
@@ -227,7 +227,8 @@ def _parameters(st, kind):
     return jnp.concatenate([st.xi, jnp.where(st.omega_held, 0.0, st.omega_rate)])
 
 
-def _set_parameters(st, value, kind):
+def set_parameters(st, value, kind):
+    """``set_parameters``: xi >= 0, and the weights' rates > 0 where they update."""
     n = st.xi.shape[0]
     st = st._replace(xi=jnp.maximum(value[:n], 0.0))
     if kind == "robust_jj":
@@ -235,14 +236,15 @@ def _set_parameters(st, value, kind):
     return st
 
 
-def extrapolate(st, buf, data, value, kind):
-    """``Extrapolation.__call__`` after a pass's update at ELBO ``value``: where the last four passes'
-    parameters ended with the same active set (and the weights held or not alike) and step
-    geometrically, Aitken's step, shortened until the ELBO rises, else the parameters as they
-    were. Returns (state, buffers, gain)."""
-    if kind not in _BOUNDS:
-        return st, buf, jnp.zeros_like(value)
-    current = _parameters(st, kind)
+def plan(st, value, kind):
+    """The bookkeeping of ``Extrapolation.__call__`` after a pass's update at ELBO ``value``: the
+    parameters into the history of the last four passes (emptied where the active set, or whether
+    the weights are held, changed); where the four step geometrically (steps aligned, the last two
+    ratios agreeing, rate below ``MAX_RATE``), Aitken's step from the last point. Returns (state
+    with the history, whether to try the step, the last point, its step d, the step's length
+    rate / (1 - rate) in units of d); the caller tries the lengths down by ``SHORTEN`` while >= 1
+    and keeps the first that raises the ELBO (then empties the history)."""
+    current = parameters(st, kind)
     same = jnp.all(st.hist_active == st.active) & (st.hist_held == st.omega_held)
     n = jnp.where((st.hist_n > 0) & ~same, 0, st.hist_n)
     hist = jnp.concatenate([st.hist[1:], current[None]])
@@ -256,33 +258,5 @@ def extrapolate(st, buf, data, value, kind):
     ready = n == 4
     tail = (jnp.min(norms) > 0) & aligned & (rate < MAX_RATE) & (jnp.abs(rate - rate0) <= RATE_AGREEMENT * rate)
     n = jnp.where(ready, jnp.where(tail, 1, 3), n)
-    st = st._replace(hist=hist, hist_value=hist_value, hist_active=st.active, hist_held=st.omega_held)
-    new, d = hist[3], steps[2]
-    length = rate / (1.0 - jnp.where(tail, rate, 0.0))
-
-    def cond(carry):
-        length, gain, _, _ = carry
-        return (length >= 1.0) & ~(gain > 0)
-
-    def body(carry):
-        length, _, trial, trial_buf = carry
-        trial, trial_buf = set_factor(_set_parameters(st, new + d * length, kind), buf, data, kind)
-        gain = elbo(trial, trial_buf, data, kind) - value
-        return jnp.where(gain > 0, length, length * SHORTEN), gain, trial, trial_buf
-
-    go = ready & tail
-    _, gain, trial, trial_buf = lax.while_loop(
-        cond, body, (jnp.where(go, length, 0.0), jnp.zeros_like(value), st, buf))
-
-    def kept(_):
-        return trial._replace(hist_n=jnp.zeros_like(n)), trial_buf, gain
-
-    def restored(_):  # the parameters as they were: q(w) the same
-        back, back_buf = set_factor(_set_parameters(st, new, kind), buf, data, kind)
-        return back._replace(hist_n=n), back_buf, jnp.zeros_like(value)
-
-    def untouched(_):
-        return st._replace(hist_n=n), buf, jnp.zeros_like(value)
-
-    branch = jnp.where(go, jnp.where(gain > 0, 0, 1), 2)
-    return lax.switch(branch, (kept, restored, untouched), None)
+    st = st._replace(hist=hist, hist_value=hist_value, hist_n=n, hist_active=st.active, hist_held=st.omega_held)
+    return st, ready & tail, hist[3], steps[2], rate / (1.0 - jnp.where(tail, rate, 0.0))
