@@ -49,7 +49,8 @@ def supports(factor):
 # the moves
 # --------------------------------------------------------------------------------------------------
 def _best_move(st, data, floor, settle):
-    """(found, kind, k, target, gain, settling slots): ``_Schedule.best_move``."""
+    """(found, kind, k, target, gain, settling slots, (x, s, q, the maximiser of (1)) of the active
+    coefficients by slot): ``_Schedule.best_move``."""
     cap = st.mu.shape[0]
     valid = slots(st)
     s, q = leave_one_out(st)
@@ -87,7 +88,7 @@ def _best_move(st, data, floor, settle):
     is_add = j >= cap
     k = jnp.where(is_add, j - cap, st.index[jnp.minimum(j, cap - 1)])
     target = jnp.where(is_add, x_in[jnp.maximum(j - cap, 0)], xa_in[jnp.minimum(j, cap - 1)])
-    return found, jnp.where(is_add, ADD, REESTIMATE), k, target, gain, settling & ~found
+    return found, jnp.where(is_add, ADD, REESTIMATE), k, target, gain, settling & ~found, (xa, sa, qa, xa_in)
 
 
 def _reestimate(st, buf, k, x_new, j):
@@ -241,80 +242,57 @@ def _newton_polish(st, buf, data, settle):
     return made, value - start, lax.cond(made, apply, lambda st: st, st)
 
 
-def _polish(st, buf, data, budget, settle):
-    """``_Schedule.polish``: the joint Newton step where it makes one, else one cycle over the
-    pending re-estimates in slot order. Returns the state with its moves recorded, and whether it
-    made any."""
-    pending = st.pending
-    st = st._replace(pending=jnp.zeros_like(pending))
-    made, gain, new = lax.cond(jnp.any(pending) & (budget > 0), lambda st: _newton_polish(st, buf, data, settle),
-                               lambda st: (jnp.asarray(False), jnp.asarray(0.0), st), st)
-
-    def newton(_):
-        new2 = new._replace(moves=new.moves + 1)
-        return record(new2, new2.value + gain, REESTIMATE), True
-
-    def cycle(_):
-        def one(j, carry):
-            st, count = carry
-            k = st.index[j]
-            x, diag, S_k = st.x[k], st.Sigma[j, j], st.S[k]
-            s = jnp.where(x * diag > 0.5, x * S_k / (x - S_k), 1.0 / jnp.where(diag > 0, diag, 1.0) - x)
-            go = pending[j] & (count < budget) & (s >= COLLINEAR * st.h[k])
-            s1 = jnp.where(go, s, 1.0)
-            q = st.mu[j] / jnp.where(diag > 0, diag, 1.0)
-            x_new, _ = J.optimum(s1[None], jnp.where(go, q, 0.0)[None], data.a0, data.b0, False)
-            x_new = x_new[0]
-            go = go & jnp.isfinite(x_new) & (s1 / (x + s1) * jnp.abs(x_new - x) / jnp.maximum(x_new, x) >= settle)
-            gain = J.in_model_change(x, x_new, s1, q, data.a0, data.b0, False)
-            go = go & (gain > 0)
-
-            def move(carry):
-                st, count = carry
-                ok, st = _reestimate(st, buf, k, x_new, j)
-                recorded = record(st._replace(moves=st.moves + 1), st.value + gain, REESTIMATE)
-                return lax.cond(ok, lambda _: (recorded, count + 1),
-                                lambda _: (st._replace(held=st.held.at[k].set(True)), count), None)
-
-            return lax.cond(go, move, lambda c: c, (st, count))
-
-        st2, count = lax.fori_loop(0, pending.shape[0], one, (st, 0))
-        return st2, count > 0
-
-    return lax.cond(made, newton, cycle, None)
-
-
-# --------------------------------------------------------------------------------------------------
-# the passes
-# --------------------------------------------------------------------------------------------------
 def _move_step(st, buf, data, per_pass, kind):
-    """One step of a pass: the best move, or the polish where none is left, or the pass's end
-    (``run_passes``'s inner loop). Returns the state and buffers after it."""
+    """One step of a pass (``run_passes``'s inner loop): the best move; where none is left, the
+    polish (``_Schedule.polish``): the joint Newton step on the pending re-estimates where it makes
+    one, else a cycle over them in slot order, one a step, each to the maximiser of (1) given the
+    others as they stand then, where that still moves it by ``settle``, gains and is not refused
+    (refused: held for the pass); the pass's end where the polish makes no move. Returns the state
+    and buffers after it."""
     budget = jnp.minimum(data.max_moves - st.moves, per_pass - (st.moves - st.first))
     settle = jnp.sqrt(data.tol)
     floor = data.tol * jnp.maximum(1.0, jnp.abs(st.value))
-    found, move, k, target, gain, settling = _best_move(st, data, floor, settle)
+    found, move, k, target, gain, settling, (xa, sa, qa, xa_in) = _best_move(st, data, floor, settle)
     cap = st.mu.shape[0]
     K = st.K
     room = buf.length + cap + 3 <= buf.trace.shape[0]
-    action = jnp.where(~room, 5, jnp.where(budget <= 0, 0, jnp.where(~found, 1, jnp.where(
-        move == REESTIMATE, 2, jnp.where(K >= cap, 3, 4)))))
+    # the cycle's next pending slot, and its re-estimate
+    waiting = st.pending & (jnp.arange(cap) >= st.cycle_next)
+    j = jnp.argmax(waiting)
+    x_j, s_j, q_j, new_j = xa[j], sa[j], qa[j], xa_in[j]
+    cycle_gain = J.in_model_change(x_j, new_j, s_j, q_j, data.a0, data.b0, False)
+    cycle_ok = (jnp.isfinite(new_j) & (s_j / (x_j + s_j) * jnp.abs(new_j - x_j) / jnp.maximum(new_j, x_j) >= settle)
+                & (cycle_gain > 0))
+    cycling = st.cycling
+    # 0 end, 1 polish, 2 re-estimate, 3 grow, 4 add, 5 trace full, 6 cycle: skip a slot, 7 cycle: done
+    action = jnp.where(~room, 5, jnp.where(budget <= 0, 0, jnp.where(
+        cycling, jnp.where(jnp.any(waiting), jnp.where(cycle_ok, 2, 6), 7),
+        jnp.where(~found, 1, jnp.where(move == REESTIMATE, 2, jnp.where(K >= cap, 3, 4))))))
+    k = jnp.where(cycling, st.index[j], k)
+    target = jnp.where(cycling, new_j, target)
+    gain = jnp.where(cycling, cycle_gain, gain)
     none = jnp.zeros_like(st.S)
 
     def end(st):
         return st._replace(phase=PASS_END), none
 
     def polish(st):
-        st, made = _polish(st._replace(pending=settling), buf, data, budget, settle)
-        return lax.cond(made, lambda s: s, lambda s: s._replace(phase=PASS_END), st), none
+        made, newton_gain, new = lax.cond(jnp.any(settling), lambda st: _newton_polish(st, buf, data, settle),
+                                          lambda st: (jnp.asarray(False), jnp.asarray(0.0), st), st)
+        recorded = record(new._replace(moves=new.moves + 1), new.value + newton_gain, REESTIMATE)
+        cycle = st._replace(cycling=jnp.asarray(True), cycle_next=jnp.zeros_like(st.cycle_next),
+                            cycle_made=jnp.zeros_like(st.cycle_made), pending=settling)
+        return lax.cond(made, lambda _: recorded, lambda _: lax.cond(
+            jnp.any(settling), lambda _: cycle, lambda _: st._replace(phase=PASS_END), None), None), none
 
     def made(ok, st):
-        recorded = record(st._replace(moves=st.moves + 1), st.value + gain, move)
+        recorded = record(st._replace(moves=st.moves + 1, cycle_made=st.cycle_made + cycling), st.value + gain,
+                          jnp.where(cycling, REESTIMATE, move))
         return lax.cond(ok, lambda _: recorded, lambda _: st._replace(held=st.held.at[k].set(True)), None)
 
     def reestimate(st):
-        j = jnp.argmax((st.index == k) & slots(st))
-        ok, st = _reestimate(st, buf, k, target, j)
+        slot = jnp.where(cycling, j, jnp.argmax((st.index == k) & slots(st)))
+        ok, st = _reestimate(st, buf, k, target, slot)
         return made(ok, st), none
 
     def grow(st):
@@ -327,7 +305,15 @@ def _move_step(st, buf, data, per_pass, kind):
     def full(st):
         return st._replace(status=GROW_TRACE), none
 
-    st, c = lax.switch(action, (end, polish, reestimate, grow, add, full), st)
+    def skip(st):
+        return st, none
+
+    def done(st):
+        return st._replace(cycling=jnp.asarray(False), phase=jnp.where(st.cycle_made > 0, MOVES, PASS_END)), none
+
+    st, c = lax.switch(action, (end, polish, reestimate, grow, add, full, skip, done), st)
+    st = st._replace(cycle_next=jnp.where(cycling & ((action == 2) | (action == 6)), j + 1, st.cycle_next)
+                     .astype(st.cycle_next.dtype))
     written = st.K > K  # an add made: its column into slot K
     slot = jnp.minimum(K, cap - 1).astype(jnp.int32)
     phi = jnp.where(written, data.Phi[:, k], buf.AT[slot])
@@ -408,6 +394,7 @@ def _pass_end(st, buf, data, kind, progress):
         stopped, STOPPED, RUNNING)))
     going = (status == RUNNING) & ~starting
     return st._replace(status=status, passes=st.passes + going, start=value, first=st.moves, phase=MOVES,
+                       cycling=jnp.asarray(False),
                        held=jnp.where(going, jnp.zeros_like(st.held), st.held)), buf
 
 
@@ -451,7 +438,7 @@ def _start(data, factor_fields, cap, length):
                hist_held=np.bool_(hist_held), omega_shape=omega_shape, omega_rate=omega_rate, omega_held=np.bool_(held),
                value=np.float64(0.0), start=np.float64(0.0), first=i64(0), moves=i64(0), passes=i64(1),
                phase=i64(START), status=i64(RUNNING), recent=zeros(cap + 1), recent_events=zeros(cap + 1, i32),
-               recent_n=i32(0))
+               recent_n=i32(0), cycling=np.bool_(False), cycle_next=i32(0), cycle_made=i32(0))
     return jax.device_put((st, buf))
 
 

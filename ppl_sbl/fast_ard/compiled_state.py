@@ -97,6 +97,9 @@ class State(NamedTuple):
     passes: jax.Array
     phase: jax.Array
     status: jax.Array
+    cycling: jax.Array  # a cycle over the pending re-estimates under way, its next slot, its moves
+    cycle_next: jax.Array
+    cycle_made: jax.Array
     recent: jax.Array  # the trace entries of the current step (cap + 1), and their number
     recent_events: jax.Array
     recent_n: jax.Array
