@@ -16,7 +16,7 @@ from jax.scipy.special import digamma, gammaln
 
 LOG_2PI = math.log(2.0 * math.pi)
 _NEWTON_STEPS = 6
-_WARM_STEPS = 8
+_WARM_STEPS = 12
 _REAL = 1e-6  # |Im| / |root| below which a computed root of the cubic (4) counts as real
 _CARDANO_ROWS = 16  # rows that go through Cardano's formula one at a time before all of them do
 
@@ -139,7 +139,7 @@ def warm_optimum(s, q, a0, b0, start, rows, limit):
     """:func:`optimum` on the rows ``rows`` (a mask; the others give NaN) from a guess ``start`` of
     each maximiser: ``_WARM_STEPS`` Newton steps on (4) from start / s where the cubic has one
     positive root (by Descartes' rule of signs unless c2 < 0 < c1, else by its discriminant,
-    clearly negative); the other rows, and those whose last step is not at rounding, go through
+    clearly negative); the other rows, and those the steps leave off the root, go through
     Cardano's formula (a few at a time, all at once where there are many)."""
     s = jnp.where(rows, s, 1.0)
     q = jnp.where(rows, q, 0.0)
@@ -153,7 +153,11 @@ def warm_optimum(s, q, a0, b0, start, rows, limit):
     for _ in range(_WARM_STEPS):
         step = (((c3 * u + c2) * u + c1) * u + c0) / ((d3 * u + d2) * u + c1)
         u = u - step
-    settled = jnp.abs(step) <= 1e-14 * u
+    # at the root to working precision: the last step at rounding, or the residual at the rounding
+    # error of the cubic's terms (steps that stall there, where the root is large)
+    terms = jnp.abs(c3 * u * u * u) + jnp.abs(c2 * u * u) + jnp.abs(c1 * u) + jnp.abs(c0)
+    residual = jnp.abs(((c3 * u + c2) * u + c1) * u + c0)
+    settled = (jnp.abs(step) <= 1e-14 * u) | (residual <= 8.0 * jnp.finfo(jnp.float64).eps * terms)
     ok = settled & (u > 0) & jnp.isfinite(u)
     terms = (18.0 * c3 * c2 * c1 * c0, -4.0 * c2**3 * c0, c2 * c2 * c1 * c1, -4.0 * c3 * c1**3, -27.0 * c3 * c3 * c0 * c0)
     scale = jnp.max(jnp.abs(jnp.stack(terms)), axis=0)
