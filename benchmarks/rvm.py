@@ -10,7 +10,9 @@ fastrvm's median (minimum).
 
 Regression (default): the noisy sinc (``datasets.sinc(n_train=N, n_test=600, seed=0)``), design
 ``basis.rbf(X, delta=5.55, bias=True)`` (the bias column first, M = N + 1), RMSE on the 600
-noiseless test targets. Peers, in this order:
+noiseless test targets; and Friedman #1 (scikit-learn's ``make_friedman1(N + 600, noise=1,
+random_state=0)``: N training and 600 test points, design ``basis.rbf(X, delta=1, bias=True)``,
+RMSE on the noisy test targets; ``--regression-data`` picks either). Peers, in this order:
 
 ``fastrvm``
     ``fastrvm.RVR(kernel="precomputed", fit_intercept=True)`` on the square RBF part
@@ -105,6 +107,8 @@ EXACT_TOL = 1e-13
 L_GOAL_NATS = 0.1
 SKIP_ABOVE = {"ard": 300}
 CLASSIFICATION_DATA = ("ripley", "ripley_pooled", "moons")
+REGRESSION_DATA = ("sinc", "friedman")
+FRIEDMAN_DELTA = 1.0  # exp(-d^2) on Friedman #1's ten inputs in [0, 1]
 MOONS = (750, 500, 0.3)  # make_moons: training and test points, noise
 
 Problem = collections.namedtuple("Problem", "name X t X_test t_test Phi Phi_test K")
@@ -136,10 +140,19 @@ def make_problem(name, X, t, X_test, t_test, delta):
     return Problem(name, X, t, X_test, t_test, Phi, Phi_test, np.ascontiguousarray(Phi[:, 1:]))
 
 
-def regression_problem(n):
-    """The noisy sinc at ``n`` training points (seed 0) and its 600 noiseless test points."""
+def regression_problem(n, data="sinc"):
+    """The noisy sinc at ``n`` training points (seed 0) and its 600 noiseless test points; or
+    Friedman #1 (``data="friedman"``: scikit-learn's ``make_friedman1``, 10 inputs, noise 1, seed 0;
+    ``n`` training and 600 test points with their noise, RBF width ``FRIEDMAN_DELTA``)."""
     from ppl_sbl import datasets
 
+    if data == "friedman":
+        from sklearn.datasets import make_friedman1
+
+        X, t = make_friedman1(n_samples=n + N_TEST, noise=1.0, random_state=0)
+        return make_problem(f"friedman{n}", X[:n], t[:n], X[n:], t[n:], FRIEDMAN_DELTA)
+    if data != "sinc":
+        raise ValueError(f"unknown regression data {data!r}; choose from {REGRESSION_DATA}.")
     d = datasets.sinc(n_train=n, n_test=N_TEST, seed=0)
     return make_problem(f"sinc{n}", d.X_train, d.t_train, d.X_test, d.t_test, DELTA)
 
@@ -371,11 +384,12 @@ def classification_peers():
 # ----------------------------------------------------------------------------------------------
 def extrapolate(rows, name):
     """Fill the time of peer ``name`` where it was skipped by a log-log fit of its median time
-    against N over the rows where it ran (slope 3 assumed where it ran at one size only)."""
-    measured = [(r["n"], r["peers"][name]["seconds"]) for r in rows
-                if r["peers"][name]["status"] in ("measured", "capped") and r["peers"][name]["seconds"] > 0]
+    against N over the rows of the same data set where it ran (slope 3 assumed where it ran at one
+    size only)."""
     for r in rows:
         rec = r["peers"][name]
+        measured = [(o["n"], o["peers"][name]["seconds"]) for o in rows if o.get("dataset") == r.get("dataset")
+                    and o["peers"][name]["status"] in ("measured", "capped") and o["peers"][name]["seconds"] > 0]
         if rec["status"] != "skipped" or not measured:
             continue
         seconds, slope, assumed = loglog_predict([m[0] for m in measured], [m[1] for m in measured], r["n"],
@@ -626,6 +640,8 @@ def base_parser():
     p.add_argument("--classification", action="store_true", help="Ripley's data instead of the sinc")
     p.add_argument("--sizes", type=int, nargs="+", default=[100, 300, 1000, 2000, 5000],
                    help="regression training sizes N (M = N + 1)")
+    p.add_argument("--regression-data", nargs="+", default=list(REGRESSION_DATA), choices=REGRESSION_DATA,
+                   help="regression data sets (default both; quick: sinc)")
     p.add_argument("--datasets", nargs="+", default=list(CLASSIFICATION_DATA), choices=CLASSIFICATION_DATA,
                    help="classification data sets (default both)")
     p.add_argument("--subsample", type=int, default=0,
@@ -657,6 +673,7 @@ def parse_args(argv, peer_names, skip_above):
     args = p.parse_args(argv)
     if args.quick:
         args.sizes = [50, 80]
+        args.regression_data = ["sinc"]
         args.datasets = ["ripley"]
         args.subsample = args.subsample or 100
         args.rounds = 1
@@ -702,29 +719,33 @@ def main(argv=None):
         f"blas threads={env['blas_threads_env']}")
     log(f"# versions {env['versions']}")
     log(f"# peers {list(peers)}  rounds={args.rounds}  cap={args.cap:g}s  "
-        + ("sizes=" + str(args.sizes) if kind == "regression" else f"data={args.datasets} subsample={args.subsample}")
+        + (f"data={args.regression_data} sizes={args.sizes}" if kind == "regression" else
+           f"data={args.datasets} subsample={args.subsample}")
         + "  skip above: " + str({n: getattr(args, f"skip_{n}_above") for n in peers if n != REFERENCE}))
 
     record = {
-        "benchmark": ("rvm regression speed, noisy sinc, RBF delta=5.55 + bias column first (M = N + 1), 600 "
-                      "noiseless test points" if kind == "regression" else
-                      "rvm classification speed, Ripley, RBF delta=4.0 + bias column first (M = N + 1)"),
+        "benchmark": ("rvm regression speed, noisy sinc (RBF delta=5.55, 600 noiseless test points) and Friedman #1 "
+                      f"(RBF delta={FRIEDMAN_DELTA:g}, 600 noisy test points), bias column first (M = N + 1)"
+                      if kind == "regression" else
+                      "rvm classification speed, Ripley and two moons, RBF delta=4.0 + bias column first (M = N + 1)"),
         "kind": kind, "reference": REFERENCE, "peers": list(peers), "exact_tol": EXACT_TOL, "l_goal_nats": L_GOAL_NATS,
         "environment": env, "args": vars(args), "rows": [], "partial": True,
     }
 
     rows = record["rows"]
     start_all = time.perf_counter()
-    problems = ([lambda n=n: regression_problem(n) for n in sorted(args.sizes)] if kind == "regression" else
-                [lambda name=name: classification_problem(name, args.subsample) for name in args.datasets])
-    for make in problems:
+    problems = ([(data, lambda n=n, data=data: regression_problem(n, data)) for data in args.regression_data
+                 for n in sorted(args.sizes)] if kind == "regression" else
+                [(name, lambda name=name: classification_problem(name, args.subsample)) for name in args.datasets])
+    for dataset, make in problems:
         problem = make()
         n = len(problem.t)
         skip = {name for name in peers if name != REFERENCE and getattr(args, f"skip_{name}_above") is not None
                 and n > getattr(args, f"skip_{name}_above")}
         log(f"\n== {problem.name}: N = {n}, M = {problem.Phi.shape[1]}, test {len(problem.t_test)}"
             + (f"; skipped {sorted(skip)}" if skip else ""))
-        row = {"data": problem.name, "n": n, "m": int(problem.Phi.shape[1]), "n_test": int(len(problem.t_test)),
+        row = {"data": problem.name, "dataset": dataset, "n": n, "m": int(problem.Phi.shape[1]),
+               "n_test": int(len(problem.t_test)),
                "rounds": args.rounds,
                "peers": time_peers(peers, problem, rounds=args.rounds, cap=args.cap, skip=skip, clock=clock)}
         for name, rec in row["peers"].items():
