@@ -186,3 +186,28 @@ def test_cavi_compiled_is_the_host_fast_fit_and_names_what_it_does_not_fit():
     with pytest.raises(ValueError, match="compiled=False"):
         ppl_sbl.CAVI(rvm.regression, schedule="fast", compiled=True, progress_bar=False).run(
             Phi, t, groups=np.arange(Phi.shape[1]) // 2)
+
+
+@pytest.mark.parametrize("a0,b0", [(1e-6, 1e-6), (2.0, 0.5), (0.3, 5.0)])
+def test_jax_optimum_is_the_host_optimum_over_many_orders_of_magnitude(a0, b0):
+    """The compiled schedule's maximiser of (1) (warm Newton steps, Cardano's formula in real
+    arithmetic where they do not settle) against the host's (Cardano's formula in complex
+    arithmetic for every row), from good and from far-off guesses, q^2 / s near 1 included."""
+    import jax.numpy as jnp
+
+    from ppl_sbl.fast_ard import jax_algebra
+    from ppl_sbl.fast_ard.algebra import optimum_unchecked
+
+    rng = np.random.default_rng(11)
+    n = 64
+    s = 10 ** rng.uniform(-6, 6, n)
+    ratio = np.concatenate([1.0 + 10 ** rng.uniform(-6, -1, n // 2), 10 ** rng.uniform(-2, 2, n - n // 2)])
+    q = np.sqrt(ratio * s) * rng.choice([-1.0, 1.0], n)
+    x, value = optimum_unchecked(s, q, a0, b0)
+    for start in (x * 10 ** rng.uniform(-0.1, 0.1, n), x * 10 ** rng.uniform(-4, 4, n)):
+        rows = np.arange(n) != 5  # a row left out gives NaN
+        got, got_value = (np.asarray(v) for v in jax_algebra.warm_optimum(
+            jnp.asarray(s), jnp.asarray(q), a0, b0, jnp.asarray(start), jnp.asarray(rows)))
+        assert np.isnan(got[5]) and np.isnan(got_value[5])
+        np.testing.assert_allclose(got[rows], x[rows], rtol=1e-9)
+        np.testing.assert_allclose(got_value[rows], value[rows], rtol=1e-9, atol=1e-12)

@@ -2,8 +2,10 @@
 
 The moves, the re-estimates' polish, the likelihood factor's update between passes and the
 stopping rule run in one ``lax.while_loop`` on buffers of a fixed capacity: the active columns
-Phi_A (N, cap), B = Phi^T diag(W) Phi_A and Phi^T Phi_A (M, cap), Sigma (cap, cap), mu (cap,) and
-the statistics S and Q (M,), with the slots past K (the active count) zero. It makes the same
+Phi_A^T (cap, N), B = Phi^T diag(W) Phi_A (M, cap) (through Phi^T Phi_A where W is uniform),
+Sigma (cap, cap), mu (cap,) and the statistics S and Q (M,), with the slots past K (the active
+count) zero; the design is padded with zero rows and columns to the sizes of :func:`bucket`, so
+that nearby sizes share a program. It makes the same
 moves as the host schedule (:class:`ppl_sbl.fast_ard.schedule._Schedule`, whose docstrings give
 the rules), so the fit is the same to rounding.
 
@@ -12,14 +14,13 @@ on with the program for the larger shape (the capacities are powers of two, so t
 problems share programs); where the ELBO trace's buffer is nearly full, the host takes its entries
 off and the same program goes on.
 
-The likelihood factors are RVM regression's q(gamma) and RVM classification's Jaakkola-Jordan
-bound (:mod:`ppl_sbl.fast_ard.compiled_factors`). The state and the operations every factor
-shares are in :mod:`ppl_sbl.fast_ard.compiled_state`."""
+The likelihood factors are those of the RVMs and robust RVMs, one output each
+(:mod:`ppl_sbl.fast_ard.compiled_factors`). The state and the operations every factor shares
+are in :mod:`ppl_sbl.fast_ard.compiled_state`."""
 from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -62,11 +63,11 @@ def _best_move(st, data, floor, settle):
     gap = (jnp.where(supported, q, 0.0) - root) * (jnp.where(supported, q, 0.0) + root)
     guess = jnp.where(st.active, st.x, jnp.where(gap > 0, s * s / jnp.where(gap > 0, gap, 1.0), st.x))
     rows = supported | jnp.zeros_like(supported).at[slot_index(st)].set(moving, mode="drop")
-    x_in, value_in = J.warm_optimum(s, q, data.a0, data.b0, guess, rows, False)
+    x_in, value_in = J.warm_optimum(s, q, data.a0, data.b0, guess, rows)
     # the active candidates, by slot
     xa, sa, qa, ha = (gather(v, st, 1.0) for v in (st.x, s, q, st.h))
     xa_in = gather(x_in, st, 1.0)
-    gain_a = J.in_model_change(xa, xa_in, sa, qa, data.a0, data.b0, False)
+    gain_a = J.in_model_change(xa, xa_in, sa, qa, data.a0, data.b0)
     small = jnp.abs(jnp.log(xa_in / xa)) < LOG_ALPHA_TOL
     spread = active_spread(st)
     diag = jnp.diag(st.Sigma)
@@ -78,7 +79,7 @@ def _best_move(st, data, floor, settle):
     # the frozen candidates, by coefficient
     own_f = (st.h + x_in) / (x_in + s)
     wide_f = spread + own_f > jnp.maximum(MAX_SPREAD, spread)
-    gain_f = value_in - J.frozen_value(st.x, st.h, data.a0, data.b0, False)
+    gain_f = value_in - J.frozen_value(st.x, st.h, data.a0, data.b0)
     gain_f = jnp.where(supported & ~wide_f, gain_f, -jnp.inf)
     gains = jnp.concatenate([gain_a, gain_f])
     gains = jnp.where(jnp.isnan(gains), -jnp.inf, gains)
@@ -260,7 +261,7 @@ def _move_step(st, buf, data, per_pass, kind):
     waiting = st.pending & (jnp.arange(cap) >= st.cycle_next)
     j = jnp.argmax(waiting)
     x_j, s_j, q_j, new_j = xa[j], sa[j], qa[j], xa_in[j]
-    cycle_gain = J.in_model_change(x_j, new_j, s_j, q_j, data.a0, data.b0, False)
+    cycle_gain = J.in_model_change(x_j, new_j, s_j, q_j, data.a0, data.b0)
     cycle_ok = (jnp.isfinite(new_j) & (s_j / (x_j + s_j) * jnp.abs(new_j - x_j) / jnp.maximum(new_j, x_j) >= settle)
                 & (cycle_gain > 0))
     cycling = st.cycling

@@ -126,7 +126,7 @@ def set_factor(st, buf, data, kind):
         b = data.proj if kind == "jj" else r @ data.Phi
         buf = buf._replace(C=_jj_B(buf, data, W, st.K))
         st = st._replace(W=W)
-    x_out, _ = J.frozen_optimum(h, data.a0, data.b0, False)
+    x_out, _ = J.frozen_optimum(h, data.a0, data.b0)
     st = st._replace(g=g, h=h, b=b, x=jnp.where(st.active, st.x, x_out))
     return CS.refresh(st, buf), buf
 
@@ -177,7 +177,7 @@ def elbo(st, buf, data, kind):
         residual = data.t - mean
         e, f = st.e, st.f
         lik = (0.5 * data.n * (jax.scipy.special.digamma(e) - jnp.log(f) - J.LOG_2PI)
-               - 0.5 * (e / f) * (residual @ residual + var) + J.gamma_prior_and_entropy(e, f, data.e0, data.f0, False))
+               - 0.5 * (e / f) * (residual @ residual + var) + J.gamma_prior_and_entropy(e, f, data.e0, data.f0))
     elif kind == "robust_gaussian":
         e, f = st.e, st.f
         e_omega = st.omega_shape / st.omega_rate
@@ -186,14 +186,14 @@ def elbo(st, buf, data, kind):
         sq = (data.t - mean) ** 2 + var
         lik = (0.5 * jnp.sum(jnp.where(real, e_log_gamma + e_log_omega - J.LOG_2PI, 0.0))
                - 0.5 * (e / f) * jnp.sum(data.omega * e_omega * sq)
-               + J.gamma_prior_and_entropy(e, f, data.e0, data.f0, False)
-               + J.gamma_prior_and_entropy(st.omega_shape, st.omega_rate, data.c, data.d, False, real))
+               + J.gamma_prior_and_entropy(e, f, data.e0, data.f0)
+               + J.gamma_prior_and_entropy(st.omega_shape, st.omega_rate, data.c, data.d, real))
     else:
         weight = data.omega * (data.c / st.omega_rate if kind == "robust_jj" else 1.0)
         lik = jnp.sum(weight * _bound(st.xi, mean, var, data))
         if kind == "robust_jj":
             lik = lik + J.gamma_prior_and_entropy(jnp.full_like(st.omega_rate, data.c), st.omega_rate, data.c,
-                                                  data.d, False, real)
+                                                  data.d, real)
     return lik + CS.coefficient_terms(st, data)
 
 

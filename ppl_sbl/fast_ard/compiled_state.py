@@ -178,7 +178,7 @@ def coefficient_terms(st, data):
     _, log_det = jnp.linalg.slogdet(padded(st.Sigma, valid))
     frozen = jnp.sum(jnp.where(st.active | ~data.columns, 0.0, jnp.log(frozen_var)))
     entropy_w = 0.5 * data.m * (1.0 + J.LOG_2PI) + 0.5 * (log_det + frozen)
-    alpha = J.gamma_prior_and_entropy(jnp.full(st.x.shape, shape), rate, data.a0, data.b0, False, data.columns)
+    alpha = J.gamma_prior_and_entropy(jnp.full(st.x.shape, shape), rate, data.a0, data.b0, data.columns)
     return log_p_w + alpha + entropy_w
 
 

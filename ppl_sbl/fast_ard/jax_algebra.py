@@ -3,8 +3,9 @@
 (the cubic (4) and the quadratic (5)) and the Gamma terms of the restricted-family ELBO, as
 :mod:`ppl_sbl.fast_ard.algebra` computes them on the host, on arrays of fixed shape.
 
-``limit`` (a Python bool) is Tipping & Faul's limit a0 = b0 = 0; a0 and b0 are otherwise
-traced, so a new value of either does not compile a new program."""
+Proper hyperpriors only (a0, b0 > 0; the host's :mod:`ppl_sbl.fast_ard.algebra` also has Tipping &
+Faul's limit a0 = b0 = 0). a0 and b0 are traced, so a new value of either does not compile a new
+program."""
 from __future__ import annotations
 
 import math
@@ -21,19 +22,19 @@ _REAL = 1e-6  # |Im| / |root| below which a computed root of the cubic (4) count
 _CARDANO_ROWS = 16  # rows that go through Cardano's formula one at a time before all of them do
 
 
-def prior_part(x, a0, b0, limit):
-    """a0 ln x - b0 x, 0 in the limit a0 = b0 = 0."""
-    return jnp.zeros_like(x) if limit else a0 * jnp.log(x) - b0 * x
+def prior_part(x, a0, b0):
+    """a0 ln x - b0 x."""
+    return a0 * jnp.log(x) - b0 * x
 
 
-def f_in(x, s, q, a0, b0, limit):
+def f_in(x, s, q, a0, b0):
     """f_in(x) of eq. (1)."""
-    return 0.5 * q * q / (x + s) - 0.5 * jnp.log1p(s / x) + prior_part(x, a0, b0, limit)
+    return 0.5 * q * q / (x + s) - 0.5 * jnp.log1p(s / x) + prior_part(x, a0, b0)
 
 
-def frozen_value(x, h, a0, b0, limit):
+def frozen_value(x, h, a0, b0):
     """f_out(x) of eq. (2)."""
-    return -0.5 * jnp.log1p(h / x) + prior_part(x, a0, b0, limit)
+    return -0.5 * jnp.log1p(h / x) + prior_part(x, a0, b0)
 
 
 def excess(q, s):
@@ -41,12 +42,6 @@ def excess(q, s):
     root = jnp.sqrt(s)
     aq = jnp.abs(q)
     return (aq - root) * (aq + root) / s
-
-
-def d_minus_log1p(d):
-    """d - ln(1 + d), by its series where |d| < 1e-3."""
-    series = d * d * (1.0 / 2.0 - d * (1.0 / 3.0 - d * (1.0 / 4.0 - d * (1.0 / 5.0 - d / 6.0))))
-    return jnp.where(jnp.abs(d) < 1e-3, series, d - jnp.log1p(jnp.where(jnp.abs(d) < 1e-3, 0.0, d)))
 
 
 def cubic(s, q, a0, b0):
@@ -114,38 +109,21 @@ def _cardano_optimum(s, q, a0, b0):
     c3, c2, c1, c0 = cubic(s, q, a0, b0)
     u = cubic_candidates(c3, c2, c1, c0)
     xs = s[:, None] * u
-    f = f_in(xs, s[:, None], q[:, None], a0, b0, False)
+    f = f_in(xs, s[:, None], q[:, None], a0, b0)
     f = jnp.where(jnp.isfinite(f), f, -jnp.inf)
     best = jnp.argmax(f, axis=1)
     return jnp.take_along_axis(xs, best[:, None], 1)[:, 0], jnp.take_along_axis(f, best[:, None], 1)[:, 0]
 
 
-def _limit_optimum(s, q):
-    """a0 = b0 = 0: x = s^2 / (q^2 - s) where q^2 > s, else inf with value 0."""
-    d = excess(q, s)
-    finite = d > 0
-    x = jnp.where(finite, s / jnp.where(finite, d, 1.0), jnp.inf)
-    return x, jnp.where(finite, 0.5 * d_minus_log1p(jnp.where(finite, d, 0.0)), 0.0)
-
-
-def optimum(s, q, a0, b0, limit):
-    """The global maximiser of (1) over x > 0 and f_in there, for s > 0."""
-    if limit:
-        return _limit_optimum(s, q)
-    return _cardano_optimum(s, q, a0, b0)
-
-
-def warm_optimum(s, q, a0, b0, start, rows, limit):
-    """:func:`optimum` on the rows ``rows`` (a mask; the others give NaN) from a guess ``start`` of
-    each maximiser: ``_WARM_STEPS`` Newton steps on (4) from start / s where the cubic has one
-    positive root (by Descartes' rule of signs unless c2 < 0 < c1, else by its discriminant,
-    clearly negative); the other rows, and those the steps leave off the root, go through
-    Cardano's formula (a few at a time, all at once where there are many)."""
+def warm_optimum(s, q, a0, b0, start, rows):
+    """The global maximiser of (1) over x > 0 and f_in there, on the rows ``rows`` (a mask; the others
+    give NaN; s > 0), from a guess ``start`` of each maximiser: ``_WARM_STEPS`` Newton steps on (4)
+    from start / s where the cubic has one positive root (by Descartes' rule of signs unless
+    c2 < 0 < c1, else by its discriminant, clearly negative); the other rows, and those the steps
+    leave off the root, go through Cardano's formula (a few at a time, all at once where there are
+    many)."""
     s = jnp.where(rows, s, 1.0)
     q = jnp.where(rows, q, 0.0)
-    if limit:
-        x, value = _limit_optimum(s, q)
-        return jnp.where(rows, x, jnp.nan), jnp.where(rows, value, jnp.nan)
     c3, c2, c1, c0 = cubic(s, q, a0, b0)
     d3, d2 = 3.0 * c3, 2.0 * c2
 
@@ -164,7 +142,7 @@ def warm_optimum(s, q, a0, b0, start, rows, limit):
     maybe = (c2 < 0) & (c1 > 0)
     ok = ok & ~(maybe & ~(sum(terms) < -1e-8 * scale))
     x = s * u
-    value = f_in(x, s, q, a0, b0, False)
+    value = f_in(x, s, q, a0, b0)
     rest = rows & ~ok
     count = jnp.sum(rest)
 
@@ -186,32 +164,25 @@ def warm_optimum(s, q, a0, b0, start, rows, limit):
     return jnp.where(rows, x, jnp.nan), jnp.where(rows, value, jnp.nan)
 
 
-def frozen_optimum(h, a0, b0, limit):
+def frozen_optimum(h, a0, b0):
     """The maximiser of (2) over x > 0 (the positive root of (5)), and f_out there."""
-    if limit:
-        return jnp.full_like(h, jnp.inf), jnp.zeros_like(h)
     p = b0 * h - a0
     disc = jnp.hypot(p, jnp.sqrt(2.0 * b0 * (2.0 * a0 + 1.0) * h))
     x = jnp.where(p > 0, (2.0 * a0 + 1.0) * h / jnp.where(p > 0, p + disc, 1.0), (disc - p) / (2.0 * b0))
-    return x, frozen_value(x, h, a0, b0, False)
+    return x, frozen_value(x, h, a0, b0)
 
 
-def in_model_change(x, x_new, s, q, a0, b0, limit):
+def in_model_change(x, x_new, s, q, a0, b0):
     """f_in(x_new) - f_in(x) without the cancellation of the two values."""
     step = x_new - x
-    out = 0.5 * (-q * q * step / ((x_new + s) * (x + s)) - jnp.log1p(step / (x + s)) + jnp.log1p(step / x))
-    if not limit:
-        out = out + a0 * jnp.log1p(step / x) - b0 * step
-    return out
+    return (0.5 * (-q * q * step / ((x_new + s) * (x + s)) - jnp.log1p(step / (x + s)) + jnp.log1p(step / x))
+            + a0 * jnp.log1p(step / x) - b0 * step)
 
 
-def gamma_prior_and_entropy(shape, rate, a0, b0, limit, mask=None):
-    """sum of E_q[ln Gamma(x | a0, b0)] + H[Gamma(shape, rate)] (over ``mask``); the limit a0 = b0 = 0
-    drops the improper prior's normaliser."""
+def gamma_prior_and_entropy(shape, rate, a0, b0, mask=None):
+    """sum of E_q[ln Gamma(x | a0, b0)] + H[Gamma(shape, rate)] (over ``mask``)."""
     mean, mean_log = shape / rate, digamma(shape) - jnp.log(rate)
-    terms = (a0 - 1.0) * mean_log - b0 * mean
-    if not limit:
-        terms = terms + a0 * jnp.log(b0) - gammaln(a0)
+    terms = (a0 - 1.0) * mean_log - b0 * mean + a0 * jnp.log(b0) - gammaln(a0)
     terms = terms + shape - jnp.log(rate) + gammaln(shape) + (1.0 - shape) * digamma(shape)
     return jnp.sum(terms if mask is None else jnp.where(mask, terms, 0.0))
 
