@@ -136,22 +136,24 @@ def _cubic_candidates(c3, c2, c1, c0):
         real = np.where(np.abs(roots.imag) <= _REAL * np.abs(roots), roots.real, np.nan)
         u = np.concatenate([real[:n], 1.0 / real[n:]], axis=1)
         u = np.where(np.isfinite(u) & (u > 0), u, np.nan)
-        C3, C2, C1, C0 = (c[:, None] for c in (c3, c2, c1, c0))
-
-        def poly(v):
-            return ((C3 * v + C2) * v + C1) * v + C0
-
-        value = np.abs(poly(u))
+        C = tuple(c[:, None] for c in (c3, c2, c1, c0))
+        value = np.abs(((C[0] * u + C[1]) * u + C[2]) * u + C[3])
         for _ in range(_NEWTON_STEPS):
-            slope = (3.0 * C3 * u + 2.0 * C2) * u + C1
-            trial = u - poly(u) / slope
-            trial_value = np.abs(poly(trial))
-            accept = np.isfinite(trial) & (trial > 0) & (trial_value <= value)
+            trial, trial_value, accept = cubic_newton_step(u, value, *C)
             if not np.any(accept & (np.abs(trial - u) > 4e-16 * np.abs(u))):
                 break  # converged to rounding
             u = np.where(accept, trial, u)
             value = np.where(accept, trial_value, value)
     return u
+
+
+def cubic_newton_step(u, value, c3, c2, c1, c0, xp=np):
+    """One safeguarded Newton step on c3 u^3 + c2 u^2 + c1 u + c0 from u, where |cubic(u)| = value:
+    (the trial point, |cubic| there, whether it is kept: finite, positive and no larger in |cubic|).
+    ``xp``: NumPy, or ``jax.numpy`` for the compiled schedule (:mod:`ppl_sbl.fast_ard.jax_algebra`)."""
+    trial = u - (((c3 * u + c2) * u + c1) * u + c0) / ((3.0 * c3 * u + 2.0 * c2) * u + c1)
+    trial_value = xp.abs(((c3 * trial + c2) * trial + c1) * trial + c0)
+    return trial, trial_value, xp.isfinite(trial) & (trial > 0) & (trial_value <= value)
 
 
 def in_model_optimum(s, q, a0, b0):

@@ -15,6 +15,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.scipy.special import digamma, gammaln
 
+from .algebra import cubic_newton_step
+
 LOG_2PI = math.log(2.0 * math.pi)
 _NEWTON_STEPS = 6
 _WARM_STEPS = 12
@@ -89,17 +91,10 @@ def cubic_candidates(c3, c2, c1, c0):
                         jnp.concatenate([c0, c3]))
     u = jnp.concatenate([real[:n], 1.0 / real[n:]], axis=1)
     u = jnp.where(jnp.isfinite(u) & (u > 0), u, jnp.nan)
-    C3, C2, C1, C0 = (c[:, None] for c in (c3, c2, c1, c0))
-
-    def poly(v):
-        return ((C3 * v + C2) * v + C1) * v + C0
-
-    value = jnp.abs(poly(u))
+    C = tuple(c[:, None] for c in (c3, c2, c1, c0))
+    value = jnp.abs(((C[0] * u + C[1]) * u + C[2]) * u + C[3])
     for _ in range(_NEWTON_STEPS):
-        slope = (3.0 * C3 * u + 2.0 * C2) * u + C1
-        trial = u - poly(u) / slope
-        trial_value = jnp.abs(poly(trial))
-        accept = jnp.isfinite(trial) & (trial > 0) & (trial_value <= value)
+        trial, trial_value, accept = cubic_newton_step(u, value, *C, xp=jnp)
         u, value = jnp.where(accept, trial, u), jnp.where(accept, trial_value, value)
     return u
 
