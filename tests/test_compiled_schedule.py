@@ -172,6 +172,8 @@ def test_cavi_compiled_is_the_host_fast_fit_and_names_what_it_does_not_fit():
     fast = ppl_sbl.CAVI(rvm.regression, schedule="fast", compiled=True, progress_bar=False).run(Phi, t)
     assert fast.schedule == "fast" and fast.converged and fast.num_moves == host.num_moves
     assert fast.elbo == pytest.approx(host.elbo, rel=1e-10)
+    # the model's own ELBO (the guide's JAX transcription of the paper's) at the compiled fit's state
+    assert fast.elbo == pytest.approx(float(fast.guide_spec.elbo(fast.state, fast.data)), rel=1e-9)
     np.testing.assert_allclose(fast.elbo_trace, host.elbo_trace, rtol=1e-10)
     np.testing.assert_array_equal(fast.relevance_indices, host.relevance_indices)
     np.testing.assert_allclose(fast.predict(Phi[:5]), host.predict(Phi[:5]), rtol=1e-8, atol=1e-10)
@@ -179,6 +181,7 @@ def test_cavi_compiled_is_the_host_fast_fit_and_names_what_it_does_not_fit():
     host = ppl_sbl.CAVI(rvm.classification, schedule="fast", progress_bar=False).run(Phi, labels)
     fast = ppl_sbl.CAVI(rvm.classification, schedule="fast", compiled=True, progress_bar=False).run(Phi, labels)
     assert fast.elbo == pytest.approx(host.elbo, rel=1e-10) and fast.num_moves == host.num_moves
+    assert fast.elbo == pytest.approx(float(fast.guide_spec.elbo(fast.state, fast.data)), rel=1e-9)
     np.testing.assert_allclose(fast.predict(Phi[:5]), host.predict(Phi[:5]), rtol=1e-7, atol=1e-10)
     with pytest.raises(ValueError, match="compiled=False"):
         ppl_sbl.CAVI(multiclass.multiclass, schedule="fast", compiled=True, progress_bar=False).run(

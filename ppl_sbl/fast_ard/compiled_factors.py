@@ -14,14 +14,14 @@ own program. The robust factors hold q(omega) at its start until the schedule ha
 (``release``)."""
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from . import compiled_state as CS
 from . import jax_algebra as J
-from ..bounds import jj_lambda
+from ..bounds import jj_lambda, jj_log_sigmoid_bound
+from ..expfam import gamma_mean_log
 
 _BLOCK = 8  # slots at a time where B = Phi^T diag(W) Phi_A is formed afresh
 MAX_RATE, RATE_AGREEMENT, SHORTEN = 0.98, 0.05, 0.5  # ``Extrapolation``'s
@@ -48,7 +48,9 @@ def host_data(factor, kind, padded, N):
     c, d = (float(factor.c), float(factor.d)) if kind.startswith("robust") else (0.0, 0.0)
     if kind == "gaussian":
         return np.zeros((1, 1)), t, omega, t @ padded, e0, f0, c, d
-    return padded * padded, t, omega, (omega * (t - 0.5)) @ padded, e0, f0, c, d
+    # Phi^T r where r is fixed (the JJ bound's); the robust factors form it afresh at every update
+    proj = (omega * (t - 0.5)) @ padded if kind == "jj" else np.zeros(padded.shape[1])
+    return padded * padded, t, omega, proj, e0, f0, c, d
 
 
 def host_state(factor, kind, N, padded_N, M):
@@ -145,8 +147,7 @@ def _moments(st, buf, data, kind):
 
 def _bound(xi, mean, var, data):
     """E_q of the JJ bound (27) on ln p(t_n | w) at xi, for every point (``JaakkolaJordan.pointwise``)."""
-    return (jax.nn.log_sigmoid(xi) + 0.5 * ((2.0 * data.t - 1.0) * mean - xi)
-            - jj_lambda(xi) * (mean * mean + var - xi * xi))
+    return jj_log_sigmoid_bound((2.0 * data.t - 1.0) * mean, mean * mean + var, xi)
 
 
 def update(st, buf, data, kind):
@@ -170,19 +171,21 @@ def update(st, buf, data, kind):
 
 
 def elbo(st, buf, data, kind):
-    """The restricted-family ELBO: the factor's terms and the coefficients' (``_Schedule.elbo``)."""
+    """The restricted-family ELBO: the factor's terms and the coefficients' (``_Schedule.elbo``):
+    q(gamma)'s as the grid RVM's (10); the JJ bound's as its (28); the robust RVM's as Hwang &
+    Jeong's (17) (classification) and the robust regression guide's ELBO."""
     mean, var = _moments(st, buf, data, kind)
     real = data.omega > 0
     if kind == "gaussian":
         residual = data.t - mean
         e, f = st.e, st.f
-        lik = (0.5 * data.n * (jax.scipy.special.digamma(e) - jnp.log(f) - J.LOG_2PI)
+        lik = (0.5 * data.n * (gamma_mean_log(e, f) - J.LOG_2PI)
                - 0.5 * (e / f) * (residual @ residual + var) + J.gamma_prior_and_entropy(e, f, data.e0, data.f0))
     elif kind == "robust_gaussian":
         e, f = st.e, st.f
         e_omega = st.omega_shape / st.omega_rate
-        e_log_omega = jax.scipy.special.digamma(st.omega_shape) - jnp.log(st.omega_rate)
-        e_log_gamma = jax.scipy.special.digamma(e) - jnp.log(f)
+        e_log_omega = gamma_mean_log(st.omega_shape, st.omega_rate)
+        e_log_gamma = gamma_mean_log(e, f)
         sq = (data.t - mean) ** 2 + var
         lik = (0.5 * jnp.sum(jnp.where(real, e_log_gamma + e_log_omega - J.LOG_2PI, 0.0))
                - 0.5 * (e / f) * jnp.sum(data.omega * e_omega * sq)

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ..expfam import gamma_mean_log, gaussian_entropy
 from . import jax_algebra as J
 
 COLLINEAR = 1e-10
@@ -173,11 +174,11 @@ def coefficient_terms(st, data):
     second = frozen_var.at[idx].set(st.mu * st.mu + jnp.diag(st.Sigma), mode="drop")
     shape = data.a0 + 0.5
     rate = shape / st.x
-    e_log_alpha = jax.scipy.special.digamma(shape) - jnp.log(rate)
+    e_log_alpha = gamma_mean_log(shape, rate)
     log_p_w = jnp.sum(jnp.where(data.columns, 0.5 * (e_log_alpha - J.LOG_2PI - st.x * second), 0.0))
     _, log_det = jnp.linalg.slogdet(padded(st.Sigma, valid))
     frozen = jnp.sum(jnp.where(st.active | ~data.columns, 0.0, jnp.log(frozen_var)))
-    entropy_w = 0.5 * data.m * (1.0 + J.LOG_2PI) + 0.5 * (log_det + frozen)
+    entropy_w = gaussian_entropy(log_det + frozen, data.m)  # q(w): the active block and the frozen ones
     alpha = J.gamma_prior_and_entropy(jnp.full(st.x.shape, shape), rate, data.a0, data.b0, data.columns)
     return log_p_w + alpha + entropy_w
 

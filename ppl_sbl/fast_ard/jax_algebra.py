@@ -13,8 +13,8 @@ import math
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.scipy.special import digamma, gammaln
 
+from ..expfam import gamma_entropy, gamma_expected_log_density, gamma_mean, gamma_mean_log
 from .algebra import cubic_newton_step
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -176,9 +176,8 @@ def in_model_change(x, x_new, s, q, a0, b0):
 
 def gamma_prior_and_entropy(shape, rate, a0, b0, mask=None):
     """sum of E_q[ln Gamma(x | a0, b0)] + H[Gamma(shape, rate)] (over ``mask``)."""
-    mean, mean_log = shape / rate, digamma(shape) - jnp.log(rate)
-    terms = (a0 - 1.0) * mean_log - b0 * mean + a0 * jnp.log(b0) - gammaln(a0)
-    terms = terms + shape - jnp.log(rate) + gammaln(shape) + (1.0 - shape) * digamma(shape)
+    terms = gamma_expected_log_density(a0, b0, gamma_mean(shape, rate), gamma_mean_log(shape, rate)) + gamma_entropy(
+        shape, rate)
     return jnp.sum(terms if mask is None else jnp.where(mask, terms, 0.0))
 
 
