@@ -7,7 +7,7 @@ import time
 import jax
 import numpy as np
 
-from . import engine
+from . import engine, fast_ard
 from .engine import MAX_SWEEPS, TOL
 from .guide import resolve_guide
 from .inference import CAVIResult, find_guide
@@ -17,7 +17,7 @@ __all__ = ["fit_grid"]
 
 
 def fit_grid(model, designs, *args, names=None, tol=TOL, max_sweeps=MAX_SWEEPS, batch_size=None, guide=None,
-             **kwargs) -> dict:
+             schedule="sweep", **kwargs) -> dict:
     """Fit ``model(design, *args, **kwargs)`` for every design in ``designs`` in one jitted,
     vmapped call (:func:`fit` under ``jax.vmap``/``jax.lax.map``: no pruning; every fit keeps its
     own ELBO trace and stopping sweep) and return ``{name: CAVIResult}``, ready for
@@ -33,6 +33,14 @@ def fit_grid(model, designs, *args, names=None, tol=TOL, max_sweeps=MAX_SWEEPS, 
     lanes run in parallel, and 1 on a CPU, where a vmapped sweep runs its lanes one after the
     other anyway, every lane would wait for the slowest to converge, and XLA's CPU code for
     batched triangular solves is slower than its LAPACK calls for single matrices.
+
+    ``schedule``: ``"sweep"`` (default; the sweeps of :class:`ppl_sbl.CAVI` with
+    ``schedule="sweep", prune=False``) or ``"fast"``: the fast schedule of every fit
+    (``CAVI(model, schedule="fast", compiled=True)``, the same fit one by one) in one compiled
+    program (:func:`ppl_sbl.fast_ard.schedule_many`), for the models whose guide sets it up
+    (``fast_plan``: the RVMs and robust RVMs, one precision per coefficient); ``max_sweeps`` is
+    then its ``max_passes``. ``batch_size`` as above (``None``: 1 on a CPU, where every fit keeps
+    its own branches).
     """
     designs = list(designs)
     if not designs:
@@ -44,11 +52,15 @@ def fit_grid(model, designs, *args, names=None, tol=TOL, max_sweeps=MAX_SWEEPS, 
     g = resolve_guide(spec, (designs[0],) + args, kwargs)
     if any(resolve_guide(spec, (x,) + args, kwargs) is not g for x in designs[1:]):
         raise ValueError("the designs select different guides; fit them one by one.")
-    datas = [engine.strong(g.prepare(x, *args, **kwargs)) for x in designs]
-    stacked = engine.stack(datas)
+    if schedule not in ("sweep", "fast"):
+        raise ValueError(f"`schedule` must be 'sweep' or 'fast'; got {schedule!r}.")
     if batch_size is None:
         batch_size = 1 if jax.default_backend() == "cpu" else len(designs)
     batch_size = max(1, min(int(batch_size), len(designs)))
+    if schedule == "fast":
+        return _fast_grid(model, g, designs, args, kwargs, names, tol, max_sweeps, batch_size, guide)
+    datas = [engine.strong(g.prepare(x, *args, **kwargs)) for x in designs]
+    stacked = engine.stack(datas)
 
     def one(d):
         return engine.fit_loop(g, d, tol, max_sweeps, None, record=True)
@@ -78,3 +90,23 @@ def fit_grid(model, designs, *args, names=None, tol=TOL, max_sweeps=MAX_SWEEPS, 
             guide_choice=guide,
         )
     return results
+
+
+def _fast_grid(model, g, designs, args, kwargs, names, tol, max_passes, batch_size, guide):
+    """:func:`fit_grid` with ``schedule="fast"``."""
+    if g.fast_plan is None:
+        raise ValueError(f"model {getattr(model, '__name__', model)} has no fast schedule that runs many fits at "
+                         "once; use schedule='sweep'.")
+    start = time.perf_counter()
+    plans = [g.fast_plan(x, *args, tol=tol, max_passes=int(max_passes), progress=None, compiled=True, **kwargs)
+             for x in designs]
+    fits = fast_ard.schedule_many(plans, batch_size)
+    outs = [plan.finish(fit) for plan, fit in zip(plans, fits)]
+    seconds = time.perf_counter() - start
+    stopped = [name for name, fit in zip(names, fits) if not fit.converged]
+    if stopped:
+        warn_unconverged(f"fit_grid for {stopped}", max_passes)
+    return {name: CAVIResult(model=model, guide_spec=g, args=(x,) + args, kwargs=kwargs, data=data, state=state,
+                             elbo_trace=np.asarray(fit.elbo_trace), converged=bool(fit.converged), tol=tol,
+                             seconds=seconds, schedule="fast", num_moves=int(fit.num_moves), guide_choice=guide)
+            for name, x, (data, state, fit) in zip(names, designs, outs)}

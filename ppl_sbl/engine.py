@@ -362,18 +362,20 @@ def stack(datas):
     return jax.tree.map(lambda *xs: jnp.stack(xs), *datas)
 
 
-def batched_map(fn, stacked, n, batch_size):
+def batched_map(fn, stacked, n, batch_size, batched=None):
     """``jax.lax.map(fn, stacked, batch_size=batch_size)`` written out with explicit shapes (the
-    library version infers a -1 dimension, which fails for leaves with a zero-size axis)."""
+    library version infers a -1 dimension, which fails for leaves with a zero-size axis).
+    ``batched``: the function of a batch (default ``jax.vmap(fn)``)."""
+    batched = jax.vmap(fn) if batched is None else batched
     if batch_size >= n:
-        return jax.vmap(fn)(stacked)
+        return batched(stacked)
     if batch_size == 1:
         return jax.lax.map(fn, stacked)
     full = (n // batch_size) * batch_size
     head = jax.tree.map(lambda x: x[:full].reshape((n // batch_size, batch_size) + x.shape[1:]), stacked)
-    out = jax.lax.map(jax.vmap(fn), head)
+    out = jax.lax.map(batched, head)
     out = jax.tree.map(lambda x: x.reshape((full,) + x.shape[2:]), out)
     if full < n:
-        tail = jax.vmap(fn)(jax.tree.map(lambda x: x[full:], stacked))
+        tail = batched(jax.tree.map(lambda x: x[full:], stacked))
         out = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), out, tail)
     return out

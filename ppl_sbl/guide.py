@@ -142,6 +142,9 @@ class ClosedFormGuide:
         RVM's ``groups``; with ``vague_only``, which the default schedule passes, hyperpriors
         that are not vague) it raises :class:`ppl_sbl.fast_ard.NotApplicable` before any fitting
         work, and the default schedule runs the sweep instead.
+    fast_plan(*args, tol, max_passes, progress, vague_only, **kwargs) -> ppl_sbl.fast_ard.Plan or None
+        ``fast`` set up but not run (``fast`` is the plan, run): :func:`ppl_sbl.fit_grid` runs the
+        plans of many fits in one compiled program (``schedule="fast"``).
 
     The guide owns the compiled forms of its functions (:meth:`compiled`): every run of the
     same guide on arguments of the same shapes reuses them.
@@ -164,6 +167,7 @@ class ClosedFormGuide:
     extras: Optional[Summaries] = None
     check_new: Optional[CheckNew] = None
     fast: Optional[FastSchedule] = None
+    fast_plan: Optional[Callable] = None
     unit_offset: Optional[Callable] = None
     coefficients: Optional[Callable] = None
 

@@ -214,3 +214,56 @@ def test_jax_optimum_is_the_host_optimum_over_many_orders_of_magnitude(a0, b0):
         assert np.isnan(got[5]) and np.isnan(got_value[5])
         np.testing.assert_allclose(got[rows], x[rows], rtol=1e-9)
         np.testing.assert_allclose(got_value[rows], value[rows], rtol=1e-9, atol=1e-12)
+
+
+def test_many_fits_in_one_program_are_the_fits_one_by_one():
+    """``run_many``: three random problems of one shape with their own hyperpriors, one after the
+    other in one program, their buffers grown together and their traces taken off together: every
+    fit is the host loop's fit of its problem (the vmapped batches: the next test)."""
+    lanes, hosts = [], []
+    for seed in (21, 22, 23):
+        Phi, t, rng = _problem(seed)
+        a0, b0, e0 = 10 ** rng.uniform(-0.5, 0.5), 10 ** rng.uniform(-1, 0), 10 ** rng.uniform(-1, 0.5)
+        host, host_noise = _fit(Phi, t, a0, b0, e0, False)
+        s = float(np.std(t))
+        work, a0s, b0s, _, offset = standard_units(Phi, a0, b0, s)
+        noise = F.GaussianNoise(t / s, e0, e0)
+        lanes.append((work, noise, a0s, b0s, 1e-9, 1000, None, True))
+        hosts.append((host, host_noise, offset))
+    assert max(len(h.active) for h, _, _ in hosts) > 16  # the buffers grow
+    fits = compiled.run_many(lanes, 1, capacity=16, trace_length=64)
+    for fields, lane, (host, host_noise, offset) in zip(fits, lanes, hosts):
+        fit = F.FastFit(**fields)
+        _assert_same_fit(host, fit._replace(elbo_trace=fit.elbo_trace + offset), host_noise, lane[1])
+    with pytest.raises(ValueError, match="one shape"):
+        compiled.run_many([lanes[0], (lanes[1][0][:, :-1],) + lanes[1][1:]])
+
+
+def test_fit_grid_fast_fits_are_the_fast_fits_one_by_one():
+    """``fit_grid(schedule="fast")`` on a grid of kernel widths, vmapped: every fit is the fast
+    schedule's fit of its design one by one (``CAVI(schedule="fast")``, whose moves the compiled
+    program makes), with the same trace, active set and predictions; the grid compares by ELBO."""
+    import ppl_sbl
+    from ppl_sbl.models import rvm
+
+    d = ppl_sbl.datasets.ripley()
+    rows = np.r_[0:40, 125:165]
+    X, t = d.X_train[rows], d.t_train[rows]
+    widths = [0.5, 2.0, 8.0]
+    designs = [ppl_sbl.basis.rbf(X, delta=w, bias=True) for w in widths]
+    grid = ppl_sbl.fit_grid(rvm.classification, designs, t, names=widths, schedule="fast", batch_size=3)
+    assert list(grid) == widths
+    for w, Phi in zip(widths, designs):
+        one = ppl_sbl.CAVI(rvm.classification, schedule="fast", progress_bar=False).run(Phi, t)
+        g = grid[w]
+        assert g.schedule == "fast" and g.converged and g.num_moves == one.num_moves
+        np.testing.assert_allclose(g.elbo_trace, one.elbo_trace, rtol=1e-10)
+        np.testing.assert_array_equal(g.relevance_indices, one.relevance_indices)
+        np.testing.assert_allclose(g.predict(Phi[:5]), one.predict(Phi[:5]), rtol=1e-9)
+    assert ppl_sbl.compare(grid).index[0] == max(grid, key=lambda k: grid[k].elbo)
+    with pytest.raises(ValueError, match="schedule"):
+        ppl_sbl.fit_grid(rvm.classification, designs, t, schedule="fastest")
+    with pytest.raises(ValueError, match="groups"):
+        ppl_sbl.fit_grid(rvm.classification, designs, t, schedule="fast", groups=np.arange(designs[0].shape[1]) // 2)
+    with pytest.raises(ValueError, match="schedule='sweep'"):
+        ppl_sbl.fit_grid(rvm.multiclass, designs, np.arange(len(t)) % 3, schedule="fast")

@@ -137,7 +137,8 @@ from .groups import GroupFastFit, group_schedule, group_supported
 from .factors import GaussianNoise, JaakkolaJordan, MultinomialProbit, RobustGaussianNoise, RobustJaakkolaJordan
 from .results import active_gaussian, alpha_factors
 from .schedule import (ADD, LOG_ALPHA_TOL, MAX_ALIGNMENT, MAX_SPREAD, MOVES_PER_COEFFICIENT, NEWTON, REESTIMATE,
-                       UPDATE, FastFit, Moments, MultiFastFit, NotApplicable, schedule)
+                       UPDATE, FastFit, Moments, MultiFastFit, NotApplicable, Plan, Planned, schedule,
+                       schedule_many)
 from .units import standard_units
 
 __all__ = [
@@ -149,6 +150,9 @@ __all__ = [
     "FastFit",
     "MultiFastFit",
     "schedule",
+    "schedule_many",
+    "Plan",
+    "Planned",
     "group_schedule",
     "group_supported",
     "GroupFastFit",

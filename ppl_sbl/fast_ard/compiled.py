@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ..engine import batched_map
 from . import compiled_factors as CF
 from . import jax_algebra as J
 from .compiled_state import (COLLINEAR, CONVERGED, GROW_ACTIVE, GROW_TRACE, LOG_ALPHA_TOL, MAX_ALIGNMENT,
@@ -34,7 +35,7 @@ from .compiled_state import (COLLINEAR, CONVERGED, GROW_ACTIVE, GROW_TRACE, LOG_
                              block, flush, gather, leave_one_out, padded, record, slot_index, slots, statistics)
 from .passes import ADD, MOVES_PER_COEFFICIENT, REESTIMATE, UPDATE
 
-__all__ = ["supports", "run", "bucket"]
+__all__ = ["supports", "run", "run_many", "bucket"]
 
 _LINE_SEARCH = 30  # halvings of the joint Newton step
 _DAMPINGS = 40
@@ -43,6 +44,29 @@ _DAMPINGS = 40
 def supports(factor):
     """Whether the compiled program fits this likelihood factor."""
     return CF.kind_of(factor) is not None
+
+
+LANES = "lanes"  # the axis name of the fits vmapped side by side (:func:`run_many`)
+
+
+def _when(pred, fn, operand, lanes):
+    """``fn(operand)`` where ``pred``, else ``operand``. With fits vmapped side by side (``lanes``)
+    ``fn`` runs only where one of them needs it, and each takes its own result: a branch no fit
+    takes costs nothing (a vmapped ``lax.cond`` would run both branches of every fit)."""
+    if not lanes:
+        return lax.cond(pred, fn, lambda o: o, operand)
+    anyone = lax.pmax(pred.astype(jnp.int32), LANES) > 0
+    return lax.cond(anyone, lambda o: _choose(pred, fn(o), o), lambda o: o, operand)
+
+
+def _switch(index, branches, operand, lanes):
+    """``lax.switch(index, branches, operand)`` for branches that map the operand to its own
+    type; with ``lanes`` (:func:`_when`) each branch runs only where a fit takes it."""
+    if not lanes:
+        return lax.switch(index, branches, operand)
+    for b, fn in enumerate(branches):
+        operand = _when(index == b, fn, operand, lanes)
+    return operand
 
 
 
@@ -243,7 +267,7 @@ def _newton_polish(st, buf, data, settle):
     return made, value - start, lax.cond(made, apply, lambda st: st, st)
 
 
-def _move_step(st, buf, data, per_pass, kind):
+def _move_step(st, buf, data, per_pass, kind, lanes=False):
     """One step of a pass (``run_passes``'s inner loop): the best move; where none is left, the
     polish (``_Schedule.polish``): the joint Newton step on the pending re-estimates where it makes
     one, else a cycle over them in slot order, one a step, each to the maximiser of (1) given the
@@ -278,8 +302,8 @@ def _move_step(st, buf, data, per_pass, kind):
         return st._replace(phase=PASS_END), none
 
     def polish(st):
-        made, newton_gain, new = lax.cond(jnp.any(settling), lambda st: _newton_polish(st, buf, data, settle),
-                                          lambda st: (jnp.asarray(False), jnp.asarray(0.0), st), st)
+        made, newton_gain, new = _when(jnp.any(settling), lambda o: _newton_polish(o[2], buf, data, settle),
+                                       (jnp.asarray(False), jnp.asarray(0.0), st), lanes)
         recorded = record(new._replace(moves=new.moves + 1), new.value + newton_gain, REESTIMATE)
         cycle = st._replace(cycling=jnp.asarray(True), cycle_next=jnp.zeros_like(st.cycle_next),
                             cycle_made=jnp.zeros_like(st.cycle_made), pending=settling)
@@ -312,7 +336,8 @@ def _move_step(st, buf, data, per_pass, kind):
     def done(st):
         return st._replace(cycling=jnp.asarray(False), phase=jnp.where(st.cycle_made > 0, MOVES, PASS_END)), none
 
-    st, c = lax.switch(action, (end, polish, reestimate, grow, add, full, skip, done), st)
+    branches = tuple(lambda sc, fn=fn: fn(sc[0]) for fn in (end, polish, reestimate, grow, add, full, skip, done))
+    st, c = _switch(action, branches, (st, none), lanes)
     st = st._replace(cycle_next=jnp.where(cycling & ((action == 2) | (action == 6)), j + 1, st.cycle_next)
                      .astype(st.cycle_next.dtype))
     written = st.K > K  # an add made: its column into slot K
@@ -399,10 +424,10 @@ def _pass_end(st, buf, data, kind, progress):
                        held=jnp.where(going, jnp.zeros_like(st.held), st.held)), buf
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "progress"), donate_argnums=(0, 1))
-def _program(st, buf, data, kind, progress):
-    """The passes from ``st`` until the fit stops or a buffer needs to grow."""
-    cap = st.mu.shape[0]
+def _passes(st, buf, data, kind, progress, lanes=False):
+    """The passes from ``st`` until the fit stops or a buffer needs to grow; a fit stopped for
+    its buffers goes on, one that has stopped for good stays as it is. ``lanes``: vmapped with
+    other fits (axis :data:`LANES`; :func:`_when`)."""
     per_pass = MOVES_PER_COEFFICIENT * data.m
 
     def moves(carry):
@@ -410,22 +435,34 @@ def _program(st, buf, data, kind, progress):
             st, _ = carry
             return (st.status == RUNNING) & (st.phase == MOVES)
 
-        return lax.while_loop(cond, lambda c: _move_step(*c, data, per_pass, kind), carry)
+        return lax.while_loop(cond, lambda c: _move_step(*c, data, per_pass, kind, lanes), carry)
 
     def passes(carry):
         st, buf = moves(carry)
-        st, buf = lax.cond(st.status == RUNNING, lambda c: _pass_end(*c, data, kind, progress), lambda c: c,
-                           (st, buf))
+        st, buf = _when(st.status == RUNNING, lambda c: _pass_end(*c, data, kind, progress), (st, buf), lanes)
         return flush(st, buf)
 
-    st = st._replace(status=jnp.asarray(RUNNING))
+    waiting = (st.status == GROW_ACTIVE) | (st.status == GROW_TRACE)
+    st = st._replace(status=jnp.where(waiting, RUNNING, st.status))
     st, buf = lax.while_loop(lambda c: c[0].status == RUNNING, passes, (st, buf))
     # the types the program takes (no weak types), so that a call that goes on compiles nothing
     return st._replace(phase=st.phase.astype(jnp.int64), status=st.status.astype(jnp.int64)), buf
 
 
+_program = functools.partial(jax.jit, static_argnames=("kind", "progress"), donate_argnums=(0, 1))(_passes)
+
+
+@functools.partial(jax.jit, static_argnames=("kind", "batch_size"), donate_argnums=(0, 1))
+def _programs(st, buf, data, kind, batch_size):
+    """:func:`_passes` of several fits stacked along a leading axis: vmapped in batches of
+    ``batch_size`` (:func:`ppl_sbl.engine.batched_map`)."""
+    n = st.K.shape[0]
+    return batched_map(lambda lane: _passes(*lane, kind, False), (st, buf, data), n, batch_size,
+                       batched=jax.vmap(lambda lane: _passes(*lane, kind, False, True), axis_name=LANES))
+
+
 def _start(data, factor_fields, cap, length):
-    """The empty model, to be started by the program (phase ``START``)."""
+    """The empty model (host NumPy), to be started by the program (phase ``START``)."""
     N, M = data.Phi.shape
     zeros, i32, i64 = np.zeros, np.int32, np.int64
     (e, f, xi, W, hist, hist_value, hist_n, hist_active, hist_held, omega_shape, omega_rate,
@@ -440,22 +477,22 @@ def _start(data, factor_fields, cap, length):
                value=np.float64(0.0), start=np.float64(0.0), first=i64(0), moves=i64(0), passes=i64(1),
                phase=i64(START), status=i64(RUNNING), recent=zeros(cap + 1), recent_events=zeros(cap + 1, i32),
                recent_n=i32(0), cycling=np.bool_(False), cycle_next=i32(0), cycle_made=i32(0))
-    return jax.device_put((st, buf))
+    return st, buf
 
 
 def _grown(st, buf, cap):
-    """The state in buffers of capacity ``cap`` (slots)."""
-    def pad(a, axes):
+    """The state in buffers of capacity ``cap`` (slots); stacked fits alike (the slot axes are the
+    trailing ones)."""
+    def pad(a, axes, size=cap):
         widths = [(0, 0)] * a.ndim
         for ax in axes:
-            widths[ax] = (0, cap - a.shape[ax])
+            widths[ax] = (0, size - a.shape[ax])
         return jnp.pad(a, widths)
 
-    buf = buf._replace(AT=pad(buf.AT, [0]), C=pad(buf.C, [1]))
-    st = st._replace(recent=jnp.pad(st.recent, (0, cap + 1 - st.recent.shape[0])),
-                     recent_events=jnp.pad(st.recent_events, (0, cap + 1 - st.recent_events.shape[0])),
-                     Sigma=pad(st.Sigma, [0, 1]), mu=pad(st.mu, [0]), index=pad(st.index, [0]),
-                     pending=pad(st.pending, [0]))
+    buf = buf._replace(AT=pad(buf.AT, [-2]), C=pad(buf.C, [-1]))
+    st = st._replace(recent=pad(st.recent, [-1], cap + 1), recent_events=pad(st.recent_events, [-1], cap + 1),
+                     Sigma=pad(st.Sigma, [-2, -1]), mu=pad(st.mu, [-1]), index=pad(st.index, [-1]),
+                     pending=pad(st.pending, [-1]))
     return st, buf
 
 
@@ -473,15 +510,8 @@ def _power_of_two(n):
     return 1 << max(0, int(math.ceil(math.log2(max(n, 1)))))
 
 
-def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capacity=64, trace_length=None):
-    """The compiled fast schedule of one output, in the units of
-    :func:`ppl_sbl.fast_ard.standard_units`: the arguments and result of
-    ``ppl_sbl.fast_ard.schedule._schedule``, the result as the fields of a
-    :class:`ppl_sbl.fast_ard.FastFit` (a dict). Sets the host factor to the fit's (q(gamma)'s (e, f),
-    the JJ bound's xi, the weights' q(omega)). ``capacity``: the active block's first capacity (a
-    power of two; it doubles as the fit needs, a new program); ``trace_length``: the ELBO trace's
-    buffer (default 4 M + 256 rounded up to a power of two), taken off to the host whenever it
-    fills."""
+def _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact):
+    """One fit's kind, :class:`Data` (host NumPy) and sizes (N, M)."""
     kind = CF.kind_of(factor)
     if kind is None:
         raise ValueError(f"the compiled schedule has no form for a {type(factor).__name__} factor.")
@@ -509,10 +539,51 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
                 max_passes=scalar(max_passes, np.int64), max_moves=scalar(big if max_moves is None else max_moves,
                                                                        np.int64),
                 exact=scalar(exact, bool), n=scalar(N), m=scalar(M, np.int64), columns=columns)
-    data = jax.device_put(data)
+    return kind, data, (N, M)
+
+
+def _lengths(M, capacity, trace_length):
+    """The active block's first capacity and the trace buffer's length."""
     cap = min(_power_of_two(M), _power_of_two(capacity))
     length = _power_of_two(max(4 * M + 256 if trace_length is None else trace_length, 4 * (cap + 1)))
-    st, buf = _start(data, CF.host_state(factor, kind, N, shape[0], shape[1]), cap, length)
+    return cap, length
+
+
+def _result(out, values, events, factor, kind, N, M):
+    """The fields of a :class:`ppl_sbl.fast_ard.FastFit` from the program's final state ``out``
+    (host NumPy) and the trace's entries; the fit's factor written into the host ``factor``."""
+    values, events = np.concatenate(values), np.concatenate(events)
+    CF.write_back(factor, kind, out, N)
+    K = int(out.K)
+    active = np.asarray(out.index[:K], dtype=np.intp)
+    x, h = np.asarray(out.x[:M]), np.asarray(out.h[:M])
+    frozen_var = 1.0 / (x + h)
+    frozen_var[active] = 0.0
+    mu, Sigma = np.asarray(out.mu[:K]), np.asarray(out.Sigma[:K, :K])
+    # the active coefficients' leave-one-out s_k and q_k (``_leave_one_out``)
+    xa, diag, S = x[active], np.diag(Sigma), np.asarray(out.S)[active]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = np.where(xa * diag > 0.5, xa * S / (xa - S), 1.0 / diag - xa)
+    q = mu / diag
+    return dict(active=active, mu=mu, Sigma=Sigma, x=x, frozen_var=frozen_var,
+                supported=np.abs(q) > np.sqrt(np.maximum(s, 0.0)), elbo_trace=values,
+                trace_events=events[1:].astype(int), num_moves=int(out.moves),
+                num_passes=int(out.passes), converged=int(out.status) == CONVERGED)
+
+
+def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capacity=64, trace_length=None):
+    """The compiled fast schedule of one output, in the units of
+    :func:`ppl_sbl.fast_ard.standard_units`: the arguments and result of
+    ``ppl_sbl.fast_ard.schedule._schedule``, the result as the fields of a
+    :class:`ppl_sbl.fast_ard.FastFit` (a dict). Sets the host factor to the fit's (q(gamma)'s (e, f),
+    the JJ bound's xi, the weights' q(omega)). ``capacity``: the active block's first capacity (a
+    power of two; it doubles as the fit needs, a new program); ``trace_length``: the ELBO trace's
+    buffer (default 4 M + 256 rounded up to a power of two), taken off to the host whenever it
+    fills."""
+    kind, data, (N, M) = _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact)
+    data = jax.device_put(data)
+    cap, length = _lengths(M, capacity, trace_length)
+    st, buf = jax.device_put(_start(data, CF.host_state(factor, kind, N, *data.Phi.shape), cap, length))
     values, events = [], []  # the trace's entries taken off the buffer when it filled
 
     def take_off(buf, length):
@@ -539,26 +610,56 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
                 break
     finally:
         _PROGRESS.pop()
-    out, trace = jax.device_get((st, buf))
-    n = int(trace.length)
-    values = np.concatenate(values + [np.asarray(trace.trace[:n])])
-    events = np.concatenate(events + [np.asarray(trace.events[:n])])
-    CF.write_back(factor, kind, out, N)
-    K = int(out.K)
-    active = np.asarray(out.index[:K], dtype=np.intp)
-    x, h = np.asarray(out.x[:M]), np.asarray(out.h[:M])
-    frozen_var = 1.0 / (x + h)
-    frozen_var[active] = 0.0
-    mu, Sigma = np.asarray(out.mu[:K]), np.asarray(out.Sigma[:K, :K])
-    # the active coefficients' leave-one-out s_k and q_k (``_leave_one_out``)
-    xa, diag, S = x[active], np.diag(Sigma), np.asarray(out.S)[active]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        s = np.where(xa * diag > 0.5, xa * S / (xa - S), 1.0 / diag - xa)
-    q = mu / diag
-    return dict(active=active, mu=mu, Sigma=Sigma, x=x, frozen_var=frozen_var,
-                supported=np.abs(q) > np.sqrt(np.maximum(s, 0.0)), elbo_trace=values,
-                trace_events=events[1:].astype(int), num_moves=int(out.moves),
-                num_passes=int(out.passes), converged=status == CONVERGED)
+    out, buf = jax.device_get((st, buf))
+    take_off(buf, buf.trace.shape[0])
+    return _result(out, values, events, factor, kind, N, M)
+
+
+def run_many(lanes, batch_size=1, capacity=64, trace_length=None):
+    """Several fits of :func:`run` in one compiled call: ``lanes`` a list of its arguments
+    ``(Phi, factor, a0, b0, tol, max_passes, max_moves, exact)``, every design of one shape and
+    every factor of one kind; the fits run side by side in batches of ``batch_size`` (vmapped;
+    1: one after the other, each with its own branches), their buffers grown together. Returns
+    :func:`run`'s dicts, in order, each fit the same as :func:`run`'s."""
+    prepared = [_lane(*lane) for lane in lanes]
+    kinds = {kind for kind, _, _ in prepared}
+    sizes = {size for _, _, size in prepared}
+    if len(kinds) != 1 or len(sizes) != 1:
+        raise ValueError("the fits of one compiled call need designs of one shape and factors of one kind; "
+                         f"got shapes {sorted(sizes)} and kinds {sorted(kinds)}.")
+    (kind,), ((N, M),) = kinds, sizes
+    n = len(lanes)
+    cap, length = _lengths(M, capacity, trace_length)
+    starts = [_start(data, CF.host_state(lane[1], kind, N, *data.Phi.shape), cap, length)
+              for (_, data, _), lane in zip(prepared, lanes)]
+    st, buf, data = jax.device_put(jax.tree.map(lambda *leaves: np.stack(leaves),
+                                                *((s, b, d) for (s, b), (_, d, _) in zip(starts, prepared))))
+    values, events = [[] for _ in range(n)], [[] for _ in range(n)]
+
+    def take_off(buf, length):
+        host = jax.device_get(buf)
+        for i in range(n):
+            values[i].append(np.asarray(host.trace[i, :host.length[i]]))
+            events[i].append(np.asarray(host.events[i, :host.length[i]]))
+        return buf._replace(trace=np.full((n, length), np.nan), events=np.zeros((n, length), np.int32),
+                            length=np.zeros(n, np.int32))
+
+    batch_size = max(1, min(int(batch_size), n))
+    while True:
+        st, buf = _programs(st, buf, data, kind, batch_size)
+        status = np.asarray(st.status)
+        if np.any(status == GROW_ACTIVE):
+            cap = min(2 * cap, _power_of_two(M))
+            st, buf = _grown(st, buf, cap)
+            buf = take_off(buf, max(buf.trace.shape[1], _power_of_two(4 * (cap + 1))))
+        elif np.any(status == GROW_TRACE):
+            buf = take_off(buf, buf.trace.shape[1])
+        else:
+            break
+    out, buf = jax.device_get((st, buf))
+    take_off(buf, 1)
+    return [_result(jax.tree.map(lambda a: a[i], out), values[i], events[i], lane[1], kind, N, M)
+            for i, lane in enumerate(lanes)]
 
 
 _PROGRESS = []  # the progress functions of the fits running, innermost last

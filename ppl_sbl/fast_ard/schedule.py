@@ -2,6 +2,7 @@
 restricted-family state and its rank-one moves, the pass loop, and the guide-state conversions."""
 from __future__ import annotations
 
+import inspect
 import math
 from typing import NamedTuple
 
@@ -19,7 +20,8 @@ from .passes import (ADD, MOVES_PER_COEFFICIENT, REESTIMATE, UPDATE, Extrapolati
                      run_passes)
 
 __all__ = ["LOG_ALPHA_TOL", "MAX_ALIGNMENT", "MAX_SPREAD", "MOVES_PER_COEFFICIENT", "ADD", "REESTIMATE", "UPDATE",
-           "NEWTON", "NotApplicable", "Moments", "FastFit", "MultiFastFit", "schedule"]
+           "NEWTON", "NotApplicable", "Moments", "FastFit", "MultiFastFit", "Plan", "Planned", "schedule",
+           "schedule_many"]
 
 # a frozen coefficient with s_k below this fraction of h_k is (numerically) in the span of the
 # active columns: S_k = h_k - B_k^T Sigma B_k carries a rounding error of order 1e-16 h_k times the
@@ -565,17 +567,7 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
     -------
     FastFit (MultiFastFit for a factor with several outputs).
     """
-    Phi, a0, b0, gain, offset = standard_units(Phi, a0, b0, target_scale)
-    if not (tol > 0):
-        raise ValueError(f"`tol` must be > 0; got {tol!r}.")
-    if entry not in (None, "exact", "supported"):
-        raise ValueError(f"`entry` must be None, 'exact' or 'supported'; got {entry!r}.")
-    exact = not is_vague(a0) if entry is None else entry == "exact"
-    if vague_only and not is_vague(a0):
-        raise NotApplicable(f"the hyperprior shape a0={a0!r} is not vague (a0 >= ppl_sbl.priors.VAGUE_SHAPE): the "
-                            "ELBO's optimum keeps every coefficient in the model, where the sweep goes directly.")
-    if compiled and not compiled_schedule.supports(factor):
-        raise ValueError(f"`compiled=True`: the compiled schedule does not fit a {type(factor).__name__} factor.")
+    Phi, a0, b0, gain, offset, exact = _checked(Phi, factor, a0, b0, tol, target_scale, entry, vague_only, compiled)
     if getattr(factor, "num_outputs", None) is not None:
         fit = schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, _Schedule)
         if gain is None and offset == 0.0:
@@ -587,6 +579,80 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
     else:
         fit = _schedule(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact)
     return fit if gain is None and offset == 0.0 else original_units(fit, gain, offset)
+
+
+def _checked(Phi, factor, a0, b0, tol, target_scale, entry, vague_only, compiled):
+    """:func:`schedule`'s checks and units: (Phi, a0, b0, gain, offset) of :func:`standard_units`
+    and the entry rule (``exact``)."""
+    Phi, a0, b0, gain, offset = standard_units(Phi, a0, b0, target_scale)
+    if not (tol > 0):
+        raise ValueError(f"`tol` must be > 0; got {tol!r}.")
+    if entry not in (None, "exact", "supported"):
+        raise ValueError(f"`entry` must be None, 'exact' or 'supported'; got {entry!r}.")
+    exact = not is_vague(a0) if entry is None else entry == "exact"
+    if vague_only and not is_vague(a0):
+        raise NotApplicable(f"the hyperprior shape a0={a0!r} is not vague (a0 >= ppl_sbl.priors.VAGUE_SHAPE): the "
+                            "ELBO's optimum keeps every coefficient in the model, where the sweep goes directly.")
+    if compiled and not compiled_schedule.supports(factor):
+        raise ValueError(f"`compiled=True`: the compiled schedule does not fit a {type(factor).__name__} factor.")
+    return Phi, a0, b0, gain, offset, exact
+
+
+class Plan(NamedTuple):
+    """A fast fit set up but not run: :func:`schedule`'s ``Phi``, ``factor`` and keywords
+    (``options``), and ``finish(fit)``, which turns the fit into what the guide's ``fast`` returns
+    (:class:`ppl_sbl.guide.ClosedFormGuide`). ``run`` is :func:`schedule` itself or another
+    schedule with its signature (e.g. :func:`ppl_sbl.fast_ard.group_schedule` with the groups
+    bound)."""
+
+    Phi: np.ndarray
+    factor: object
+    options: dict
+    finish: object
+    run: object = None
+
+    def __call__(self):
+        """The fit: ``finish(run(Phi, factor, **options))``."""
+        return self.finish((self.run or schedule)(self.Phi, self.factor, **self.options))
+
+
+class Planned:
+    """The guide's ``fast`` function of a function that returns a :class:`Plan`: the plan, run
+    (with the plan function's signature; pickled by its reference)."""
+
+    def __init__(self, plan):
+        self.plan = plan
+
+    @property
+    def __signature__(self):
+        return inspect.signature(self.plan)
+
+    def __call__(self, *args, **kwargs):
+        return self.plan(*args, **kwargs)()
+
+
+def schedule_many(plans, batch_size=1):
+    """The fits of several :class:`Plan` in one compiled program
+    (:func:`ppl_sbl.fast_ard.compiled.run_many`): every plan of :func:`schedule` with
+    ``compiled=True``, one output, designs of one shape and factors of one kind. Returns their
+    :class:`FastFit`, each the same as ``schedule(plan.Phi, plan.factor, **plan.options)``."""
+    lanes, units = [], []
+    for plan in plans:
+        if plan.run not in (None, schedule) or not plan.options.get("compiled"):
+            raise ValueError("fits run together need the compiled schedule of one precision per coefficient "
+                             "(`compiled=True`, no `groups`).")
+        if getattr(plan.factor, "num_outputs", None) is not None:
+            raise ValueError("fits run together take one output each; fit several outputs one by one.")
+        o = inspect.signature(schedule).bind(plan.Phi, plan.factor, **plan.options)
+        o.apply_defaults()
+        o = o.arguments
+        Phi, a0, b0, gain, offset, exact = _checked(plan.Phi, plan.factor, o["a0"], o["b0"], o["tol"],
+                                                    o["target_scale"], o["entry"], o["vague_only"], True)
+        lanes.append((Phi, plan.factor, a0, b0, o["tol"], o["max_passes"], o["max_moves"], exact))
+        units.append((gain, offset))
+    fits = compiled_schedule.run_many(lanes, batch_size)
+    return [original_units(FastFit(**fit), gain, offset) if gain is not None or offset != 0.0 else FastFit(**fit)
+            for fit, (gain, offset) in zip(fits, units)]
 
 
 def _schedule(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact):

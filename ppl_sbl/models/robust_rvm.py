@@ -277,20 +277,27 @@ def _extras(state, data):
     return {"outlier_score": _omega_mean(state)}
 
 
-def _classification_fast(Phi, t=None, *, a0=1e-5, b0=None, c0=DEFAULT_R, d0=DEFAULT_R, a=None, b=None, c=None,
+def _classification_plan(Phi, t=None, *, a0=1e-5, b0=None, c0=DEFAULT_R, d0=DEFAULT_R, a=None, b=None, c=None,
                          d=None, tol=1e-9, max_passes=1000, progress=None, vague_only=False, compiled=False):
     """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`) with the weighted JJ bound, q(omega)
-    and xi as the likelihood factor."""
+    and xi as the likelihood factor, set up: a :class:`ppl_sbl.fast_ard.Plan`."""
     h = _hyperparameters(dict(a0=a0, b0=b0, c0=c0, d0=d0), dict(a=a, b=b, c=c, d=d))
     data = _prepare(L.prepare_bernoulli, Phi, t, True, h["a0"], h["b0"], h["c0"], h["d0"], 1.0, 1.0)
     a0 = float(data.base.a0)
     factor = fast_ard.RobustJaakkolaJordan(np.asarray(data.t), float(data.c), float(data.d))
-    fit = fast_ard.schedule(np.asarray(data.Phi), factor, a0=a0, b0=np.asarray(data.base.b0), tol=tol,
-                            max_passes=max_passes, progress=progress, vague_only=vague_only, compiled=compiled)
-    shape, rate = fast_ard.alpha_factors(fit, a0)
-    state = ClassificationState(fast_ard.active_gaussian(fit), shape, rate, jnp.full(len(factor.t), data.c),
-                                jnp.asarray(factor.omega_rate), jnp.asarray(factor.xi))
-    return data, state, fit
+
+    def finish(fit):
+        shape, rate = fast_ard.alpha_factors(fit, a0)
+        state = ClassificationState(fast_ard.active_gaussian(fit), shape, rate, jnp.full(len(factor.t), data.c),
+                                    jnp.asarray(factor.omega_rate), jnp.asarray(factor.xi))
+        return data, state, fit
+
+    return fast_ard.Plan(np.asarray(data.Phi), factor, dict(a0=a0, b0=np.asarray(data.base.b0), tol=tol,
+                                                            max_passes=max_passes, progress=progress,
+                                                            vague_only=vague_only, compiled=compiled), finish)
+
+
+_classification_fast = fast_ard.Planned(_classification_plan)
 
 
 CLASSIFICATION_GUIDE = ClosedFormGuide(
@@ -308,6 +315,7 @@ CLASSIFICATION_GUIDE = ClosedFormGuide(
     bound="jaakkola-jordan",
     extras=_extras,
     fast=_classification_fast,
+    fast_plan=_classification_plan,
 )
 
 
@@ -410,23 +418,29 @@ def _regression_predict(state: RegressionState, data: RobustData, Phi_new):
     return mean, var + e_inv_gamma * e_inv_omega
 
 
-def _regression_fast(Phi, t=None, *, a0=1e-6, b0=None, c0=2.0, d0=2.0, e0=1e-6, f0=None, a=None, b=None, c=None,
+def _regression_plan(Phi, t=None, *, a0=1e-6, b0=None, c0=2.0, d0=2.0, e0=1e-6, f0=None, a=None, b=None, c=None,
                      d=None, tol=1e-9, max_passes=1000, progress=None, vague_only=False, compiled=False):
     """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`) with q(gamma) and q(omega) as the
     likelihood factor, on the targets in units of s = sqrt(f0 / e0) (where the noise prior's mean
-    is 1)."""
+    is 1), set up: a :class:`ppl_sbl.fast_ard.Plan`."""
     h = _hyperparameters(dict(a0=a0, b0=b0, c0=c0, d0=d0), dict(a=a, b=b, c=c, d=d))
     data = _prepare(_Observed, Phi, t, False, h["a0"], h["b0"], h["c0"], h["d0"], e0, f0)
     a0, e0 = float(data.base.a0), float(data.e0)
     s = math.sqrt(float(data.f0) / e0)
     factor = fast_ard.RobustGaussianNoise(np.asarray(data.t) / s, float(data.c), float(data.d), e0, e0)
-    fit = fast_ard.schedule(np.asarray(data.Phi), factor, a0=a0, b0=np.asarray(data.base.b0), tol=tol,
-                            max_passes=max_passes, progress=progress, target_scale=s, vague_only=vague_only,
-                            compiled=compiled)
-    shape, rate = fast_ard.alpha_factors(fit, a0)
-    state = RegressionState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(factor.omega_shape),
-                            jnp.asarray(factor.omega_rate), jnp.asarray(factor.e), jnp.asarray(factor.f * s * s))
-    return data, state, fit
+
+    def finish(fit):
+        shape, rate = fast_ard.alpha_factors(fit, a0)
+        state = RegressionState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(factor.omega_shape),
+                                jnp.asarray(factor.omega_rate), jnp.asarray(factor.e), jnp.asarray(factor.f * s * s))
+        return data, state, fit
+
+    return fast_ard.Plan(np.asarray(data.Phi), factor, dict(a0=a0, b0=np.asarray(data.base.b0), tol=tol,
+                                                            max_passes=max_passes, progress=progress, target_scale=s,
+                                                            vague_only=vague_only, compiled=compiled), finish)
+
+
+_regression_fast = fast_ard.Planned(_regression_plan)
 
 
 def _regression_unit_offset(data: RobustData):
@@ -448,6 +462,7 @@ REGRESSION_GUIDE = ClosedFormGuide(
     bound="none",
     extras=_extras,
     fast=_regression_fast,
+    fast_plan=_regression_plan,
     unit_offset=_regression_unit_offset,
 )
 

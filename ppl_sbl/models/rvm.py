@@ -160,20 +160,26 @@ def _regression_predict(state: RegressionState, data: RegressionData, Phi_new):
     return mean, var + state.gamma_rate / state.gamma_shape
 
 
-def _fast_fit(Phi, factor, a0, data, groups, **kw):
+def _fast_plan(Phi, factor, a0, data, groups, finish, **kw):
     """The fast schedule of ARD (:func:`ppl_sbl.fast_ard.schedule`) or, with ``groups``, of grouped
-    precisions (:func:`ppl_sbl.fast_ard.group_schedule`): (fit, q(alpha) shape, rate)."""
+    precisions (:func:`ppl_sbl.fast_ard.group_schedule`), set up: a :class:`ppl_sbl.fast_ard.Plan`
+    whose ``finish`` passes the fit and its q(alpha) (shape, rate) to ``finish(fit, shape, rate)``."""
     if groups is None:
-        fit = fast_ard.schedule(Phi, factor, a0=a0, b0=np.asarray(data.b0), **kw)
-        shape, rate = fast_ard.alpha_factors(fit, a0)
-        return fit, shape, rate
+        def done(fit):
+            return finish(fit, *fast_ard.alpha_factors(fit, a0))
+
+        return fast_ard.Plan(Phi, factor, dict(a0=a0, b0=np.asarray(data.b0), **kw), done)
     g = np.asarray(data.groups)
     shape = a0 + 0.5 * np.asarray(data.group_sizes)
     rates = np.broadcast_to(np.asarray(data.b0, dtype=np.float64), shape.shape)
-    fit = fast_ard.group_schedule(Phi, factor, g, a0=a0, b0=rates[g], **kw)
     first = np.zeros(len(shape), dtype=np.intp)
     first[g[::-1]] = np.arange(len(g))[::-1]  # a coefficient of each group
-    return fit, jnp.asarray(shape), jnp.asarray(shape / np.asarray(fit.x)[first])
+
+    def grouped(fit):
+        return finish(fit, jnp.asarray(shape), jnp.asarray(shape / np.asarray(fit.x)[first]))
+
+    return fast_ard.Plan(Phi, factor, dict(a0=a0, b0=rates[g], **kw), grouped,
+                         run=lambda Phi, factor, **options: fast_ard.group_schedule(Phi, factor, g, **options))
 
 
 def _compiled_option(compiled, groups):
@@ -184,11 +190,12 @@ def _compiled_option(compiled, groups):
     return {"compiled": True} if compiled else {}
 
 
-def _regression_fast(Phi, t=None, *, a0=1e-6, b0=None, e0=1e-6, f0=None, groups=None, tol=1e-9, max_passes=1000,
+def _regression_plan(Phi, t=None, *, a0=1e-6, b0=None, e0=1e-6, f0=None, groups=None, tol=1e-9, max_passes=1000,
                      progress=None, vague_only=False, compiled=False):
     """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`; with ``groups``,
     :func:`ppl_sbl.fast_ard.group_schedule`) with q(gamma) as the likelihood factor, on the targets
-    in units of s = sqrt(f0 / e0) (where the noise prior's mean is 1)."""
+    in units of s = sqrt(f0 / e0) (where the noise prior's mean is 1), set up: a
+    :class:`ppl_sbl.fast_ard.Plan`."""
     if t is None:
         raise ValueError("`t` is required to fit the model; pass the observed targets.")
     Phi, t = check_design(Phi, t)
@@ -197,11 +204,17 @@ def _regression_fast(Phi, t=None, *, a0=1e-6, b0=None, e0=1e-6, f0=None, groups=
                     groups, a0, b0)
     s = math.sqrt(f0 / e0)
     noise = fast_ard.GaussianNoise(t / s, e0, e0)
-    fit, shape, rate = _fast_fit(Phi, noise, a0, data, groups, tol=tol, max_passes=max_passes, progress=progress,
-                                 target_scale=s, vague_only=vague_only, **_compiled_option(compiled, groups))
-    state = RegressionState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(noise.e),
-                            jnp.asarray(noise.f * s * s))
-    return data, state, fit
+
+    def finish(fit, shape, rate):
+        state = RegressionState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(noise.e),
+                                jnp.asarray(noise.f * s * s))
+        return data, state, fit
+
+    return _fast_plan(Phi, noise, a0, data, groups, finish, tol=tol, max_passes=max_passes, progress=progress,
+                      target_scale=s, vague_only=vague_only, **_compiled_option(compiled, groups))
+
+
+_regression_fast = fast_ard.Planned(_regression_plan)
 
 
 def _regression_unit_offset(data: RegressionData):
@@ -223,6 +236,7 @@ REGRESSION_GUIDE = ClosedFormGuide(
     elbo_exact=None,
     bound="none",
     fast=_regression_fast,
+    fast_plan=_regression_plan,
     unit_offset=_regression_unit_offset,
 )
 
@@ -305,20 +319,25 @@ def _classification_predict(state: ClassificationState, data: ClassificationData
     return expected_sigmoid(mean, var)
 
 
-def _classification_fast(Phi, t=None, *, a0=1e-6, b0=None, groups=None, tol=1e-9, max_passes=1000, progress=None,
+def _classification_plan(Phi, t=None, *, a0=1e-6, b0=None, groups=None, tol=1e-9, max_passes=1000, progress=None,
                          vague_only=False, compiled=False):
     """The fast schedule (:func:`ppl_sbl.fast_ard.schedule`; with ``groups``,
-    :func:`ppl_sbl.fast_ard.group_schedule`) with the JJ bound's xi as the likelihood factor."""
+    :func:`ppl_sbl.fast_ard.group_schedule`) with the JJ bound's xi as the likelihood factor, set up: a :class:`ppl_sbl.fast_ard.Plan`."""
     if t is None:
         raise ValueError("`t` is required to fit the model; pass the observed labels (0 or 1).")
     Phi, t = check_design(Phi, t, binary=True)
     a0, b0 = _classification_rate(Phi, a0, b0, groups)
     data = rvm_data(L.prepare_bernoulli(Phi, t), groups, a0, b0)
     bound = fast_ard.JaakkolaJordan(t)
-    fit, shape, rate = _fast_fit(Phi, bound, a0, data, groups, tol=tol, max_passes=max_passes, progress=progress,
-                                 vague_only=vague_only, **_compiled_option(compiled, groups))
-    state = ClassificationState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(bound.xi))
-    return data, state, fit
+
+    def finish(fit, shape, rate):
+        return data, ClassificationState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(bound.xi)), fit
+
+    return _fast_plan(Phi, bound, a0, data, groups, finish, tol=tol, max_passes=max_passes, progress=progress,
+                      vague_only=vague_only, **_compiled_option(compiled, groups))
+
+
+_classification_fast = fast_ard.Planned(_classification_plan)
 
 
 CLASSIFICATION_GUIDE = ClosedFormGuide(
@@ -334,6 +353,7 @@ CLASSIFICATION_GUIDE = ClosedFormGuide(
     elbo_exact=_classification_elbo_exact,
     bound="jaakkola-jordan",
     fast=_classification_fast,
+    fast_plan=_classification_plan,
 )
 
 
