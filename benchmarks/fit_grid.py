@@ -10,14 +10,16 @@ Peers, timed warm in interleaved rounds (:func:`benchmarks.timing.time_peers`):
 
 - ``one_fit``: ``CAVI(model, schedule="fast", compiled=True)`` at the grid's middle width;
 - ``one_by_one``: the same call for every width in turn;
-- ``grid_sequential``: ``fit_grid(model, designs, t, schedule="fast", batch_size=1)``: the fits one
-  after the other inside one compiled program (the default on a CPU);
-- ``grid_vmapped``: ``fit_grid(..., batch_size=len(widths))``: all fits vmapped (every lane runs
-  every branch of the step; ``--skip-vmapped`` leaves it out).
+- ``grid_sequential``: ``fit_grid(model, designs, t, schedule="fast", batch_size=1, threads=1)``:
+  the fits one after the other inside one compiled program;
+- ``grid_threads``: the same with ``threads`` = the CPU count (the default on a CPU): the fits in
+  that many groups, each group's program called from its own thread;
+- ``grid_vmapped``: ``fit_grid(..., batch_size=len(widths))``: all fits vmapped (each step runs
+  every branch that some fit takes; ``--skip-vmapped`` leaves it out).
 
 Every grid's fits are checked against the one-by-one fits (the same ELBO to 1e-9 relative, the same
-number of moves). The ratio the issue sets a goal for is ``grid_sequential / one_fit`` (and
-``grid_vmapped / one_fit``): at most 4 on a CPU with 16 widths.
+number of moves). The ratio the issue sets a goal for is a grid's time over ``one_fit``'s: at most
+4 on a CPU with 16 widths.
 
 Run ``python benchmarks/fit_grid.py`` (``--quick``: the sinc at N = 100 with 4 widths, one round);
 the record goes to ``benchmarks/results/fit_grid_<backend>.json``.
@@ -88,9 +90,9 @@ def main(argv=None):
         def cavi(Phi):
             return ppl_sbl.CAVI(model, schedule="fast", compiled=True, progress_bar=False).run(Phi, t)
 
-        def grid(batch_size):
-            return lambda _: list(ppl_sbl.fit_grid(model, designs, t, schedule="fast",
-                                                   batch_size=batch_size).values())
+        def grid(batch_size, threads=1):
+            return lambda _: list(ppl_sbl.fit_grid(model, designs, t, schedule="fast", batch_size=batch_size,
+                                                   threads=threads).values())
 
         def describe_fits(fits, _):
             return {"elbo": [float(f.elbo) for f in fits], "moves": [int(f.num_moves) for f in fits]}
@@ -99,13 +101,14 @@ def main(argv=None):
             "one_fit": Peer(lambda _: [cavi(middle)], describe_fits),
             "one_by_one": Peer(lambda _: [cavi(Phi) for Phi in designs], describe_fits),
             "grid_sequential": Peer(grid(1), describe_fits),
+            "grid_threads": Peer(grid(1, os.cpu_count() or 1), describe_fits),
             "grid_vmapped": Peer(grid(len(designs)), describe_fits),
         }
         log(f"{label}: {len(widths)} widths, N = {X.shape[0]}")
         rows = time_peers(peers, None, rounds=args.rounds, cap=args.cap,
                           skip={"grid_vmapped"} if args.skip_vmapped else set(), clock=clock)
         reference = rows["one_by_one"]
-        for name in ("grid_sequential", "grid_vmapped"):
+        for name in ("grid_sequential", "grid_threads", "grid_vmapped"):
             row = rows[name]
             if "elbo" in row and "elbo" in reference:
                 row["same_fits_as_one_by_one"] = bool(

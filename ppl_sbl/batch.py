@@ -2,6 +2,7 @@
 (e.g. a grid of kernel widths), vmapped."""
 from __future__ import annotations
 
+import os
 import time
 
 import jax
@@ -17,7 +18,7 @@ __all__ = ["fit_grid"]
 
 
 def fit_grid(model, designs, *args, names=None, tol=TOL, max_sweeps=MAX_SWEEPS, batch_size=None, guide=None,
-             schedule="sweep", **kwargs) -> dict:
+             schedule="sweep", threads=None, **kwargs) -> dict:
     """Fit ``model(design, *args, **kwargs)`` for every design in ``designs`` in one jitted,
     vmapped call (:func:`fit` under ``jax.vmap``/``jax.lax.map``: no pruning; every fit keeps its
     own ELBO trace and stopping sweep) and return ``{name: CAVIResult}``, ready for
@@ -40,7 +41,9 @@ def fit_grid(model, designs, *args, names=None, tol=TOL, max_sweeps=MAX_SWEEPS, 
     program (:func:`ppl_sbl.fast_ard.schedule_many`), for the models whose guide sets it up
     (``fast_plan``: the RVMs and robust RVMs, one precision per coefficient); ``max_sweeps`` is
     then its ``max_passes``. ``batch_size`` as above (``None``: 1 on a CPU, where every fit keeps
-    its own branches).
+    its own branches). ``threads`` (fast schedule, ``batch_size`` 1): the fits split into that
+    many groups, each group's program called from its own thread, so that they run on separate
+    cores (default: the number of CPUs on a CPU, 1 on an accelerator).
     """
     designs = list(designs)
     if not designs:
@@ -58,7 +61,9 @@ def fit_grid(model, designs, *args, names=None, tol=TOL, max_sweeps=MAX_SWEEPS, 
         batch_size = 1 if jax.default_backend() == "cpu" else len(designs)
     batch_size = max(1, min(int(batch_size), len(designs)))
     if schedule == "fast":
-        return _fast_grid(model, g, designs, args, kwargs, names, tol, max_sweeps, batch_size, guide)
+        if threads is None:
+            threads = (os.cpu_count() or 1) if jax.default_backend() == "cpu" else 1
+        return _fast_grid(model, g, designs, args, kwargs, names, tol, max_sweeps, batch_size, int(threads), guide)
     datas = [engine.strong(g.prepare(x, *args, **kwargs)) for x in designs]
     stacked = engine.stack(datas)
 
@@ -92,7 +97,7 @@ def fit_grid(model, designs, *args, names=None, tol=TOL, max_sweeps=MAX_SWEEPS, 
     return results
 
 
-def _fast_grid(model, g, designs, args, kwargs, names, tol, max_passes, batch_size, guide):
+def _fast_grid(model, g, designs, args, kwargs, names, tol, max_passes, batch_size, threads, guide):
     """:func:`fit_grid` with ``schedule="fast"``."""
     if g.fast_plan is None:
         raise ValueError(f"model {getattr(model, '__name__', model)} has no fast schedule that runs many fits at "
@@ -100,7 +105,7 @@ def _fast_grid(model, g, designs, args, kwargs, names, tol, max_passes, batch_si
     start = time.perf_counter()
     plans = [g.fast_plan(x, *args, tol=tol, max_passes=int(max_passes), progress=None, compiled=True, **kwargs)
              for x in designs]
-    fits = fast_ard.schedule_many(plans, batch_size)
+    fits = fast_ard.schedule_many(plans, batch_size, threads)
     outs = [plan.finish(fit) for plan, fit in zip(plans, fits)]
     seconds = time.perf_counter() - start
     stopped = [name for name, fit in zip(names, fits) if not fit.converged]

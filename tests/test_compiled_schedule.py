@@ -218,8 +218,9 @@ def test_jax_optimum_is_the_host_optimum_over_many_orders_of_magnitude(a0, b0):
 
 def test_many_fits_in_one_program_are_the_fits_one_by_one():
     """``run_many``: three random problems of one shape with their own hyperpriors, one after the
-    other in one program, their buffers grown together and their traces taken off together: every
-    fit is the host loop's fit of its problem (the vmapped batches: the next test)."""
+    other in one program, in two groups on two threads (the second group filled up with a copy),
+    their buffers grown together and their traces taken off together: every fit is the host
+    loop's fit of its problem (the vmapped batches: the next test)."""
     lanes, hosts = [], []
     for seed in (21, 22, 23):
         Phi, t, rng = _problem(seed)
@@ -231,7 +232,7 @@ def test_many_fits_in_one_program_are_the_fits_one_by_one():
         lanes.append((work, noise, a0s, b0s, 1e-9, 1000, None, True))
         hosts.append((host, host_noise, offset))
     assert max(len(h.active) for h, _, _ in hosts) > 16  # the buffers grow
-    fits = compiled.run_many(lanes, 1, capacity=16, trace_length=64)
+    fits = compiled.run_many(lanes, 1, capacity=16, trace_length=64, threads=2)
     for fields, lane, (host, host_noise, offset) in zip(fits, lanes, hosts):
         fit = F.FastFit(**fields)
         _assert_same_fit(host, fit._replace(elbo_trace=fit.elbo_trace + offset), host_noise, lane[1])

@@ -631,11 +631,12 @@ class Planned:
         return self.plan(*args, **kwargs)()
 
 
-def schedule_many(plans, batch_size=1):
+def schedule_many(plans, batch_size=1, threads=1):
     """The fits of several :class:`Plan` in one compiled program
-    (:func:`ppl_sbl.fast_ard.compiled.run_many`): every plan of :func:`schedule` with
-    ``compiled=True``, one output, designs of one shape and factors of one kind. Returns their
-    :class:`FastFit`, each the same as ``schedule(plan.Phi, plan.factor, **plan.options)``."""
+    (:func:`ppl_sbl.fast_ard.compiled.run_many`, with its ``batch_size`` and ``threads``): every
+    plan of :func:`schedule` with ``compiled=True``, one output, designs of one shape and factors
+    of one kind. Returns their :class:`FastFit`, each the same as ``schedule(plan.Phi,
+    plan.factor, **plan.options)``."""
     lanes, units = [], []
     for plan in plans:
         if plan.run not in (None, schedule) or not plan.options.get("compiled"):
@@ -650,7 +651,7 @@ def schedule_many(plans, batch_size=1):
                                                     o["target_scale"], o["entry"], o["vague_only"], True)
         lanes.append((Phi, plan.factor, a0, b0, o["tol"], o["max_passes"], o["max_moves"], exact))
         units.append((gain, offset))
-    fits = compiled_schedule.run_many(lanes, batch_size)
+    fits = compiled_schedule.run_many(lanes, batch_size, threads=threads)
     return [original_units(FastFit(**fit), gain, offset) if gain is not None or offset != 0.0 else FastFit(**fit)
             for fit, (gain, offset) in zip(fits, units)]
 
