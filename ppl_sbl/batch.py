@@ -103,8 +103,7 @@ def _fast_grid(model, g, designs, args, kwargs, names, tol, max_passes, batch_si
         raise ValueError(f"model {getattr(model, '__name__', model)} has no fast schedule that runs many fits at "
                          "once; use schedule='sweep'.")
     start = time.perf_counter()
-    plans = [g.fast_plan(x, *args, tol=tol, max_passes=int(max_passes), progress=None, compiled=True, **kwargs)
-             for x in designs]
+    plans = [g.fast_plan(x, *args, tol=tol, max_passes=int(max_passes), progress=None, **kwargs) for x in designs]
     fits = fast_ard.schedule_many(plans, batch_size, threads)
     outs = [plan.finish(fit) for plan, fit in zip(plans, fits)]
     seconds = time.perf_counter() - start

@@ -264,7 +264,7 @@ def test_fit_grid_fast_fits_are_the_fast_fits_one_by_one():
     assert ppl_sbl.compare(grid).index[0] == max(grid, key=lambda k: grid[k].elbo)
     with pytest.raises(ValueError, match="schedule"):
         ppl_sbl.fit_grid(rvm.classification, designs, t, schedule="fastest")
-    with pytest.raises(ValueError, match="groups"):
+    with pytest.raises(ValueError, match="no `groups`"):
         ppl_sbl.fit_grid(rvm.classification, designs, t, schedule="fast", groups=np.arange(designs[0].shape[1]) // 2)
     with pytest.raises(ValueError, match="schedule='sweep'"):
         ppl_sbl.fit_grid(rvm.multiclass, designs, np.arange(len(t)) % 3, schedule="fast")

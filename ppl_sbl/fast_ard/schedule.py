@@ -634,14 +634,14 @@ class Planned:
 def schedule_many(plans, batch_size=1, threads=1):
     """The fits of several :class:`Plan` in one compiled program
     (:func:`ppl_sbl.fast_ard.compiled.run_many`, with its ``batch_size`` and ``threads``): every
-    plan of :func:`schedule` with ``compiled=True``, one output, designs of one shape and factors
-    of one kind. Returns their :class:`FastFit`, each the same as ``schedule(plan.Phi,
-    plan.factor, **plan.options)``."""
+    plan of :func:`schedule` (whatever its ``compiled``), one output, designs of one shape and
+    factors of one kind. Returns their :class:`FastFit`, each the same as
+    ``schedule(plan.Phi, plan.factor, **plan.options, compiled=True)``."""
     lanes, units = [], []
     for plan in plans:
-        if plan.run not in (None, schedule) or not plan.options.get("compiled"):
-            raise ValueError("fits run together need the compiled schedule of one precision per coefficient "
-                             "(`compiled=True`, no `groups`).")
+        if plan.run not in (None, schedule):
+            raise ValueError("fits run together take one precision per coefficient (no `groups`); fit grouped "
+                             "precisions one by one, or with schedule='sweep'.")
         if getattr(plan.factor, "num_outputs", None) is not None:
             raise ValueError("fits run together take one output each; fit several outputs one by one.")
         o = inspect.signature(schedule).bind(plan.Phi, plan.factor, **plan.options)
