@@ -55,3 +55,55 @@ def test_a_folder_the_user_configured_stays(unconfigured_jax):
     assert jax.config.jax_compilation_cache_dir == mine
     assert jax.config.jax_persistent_cache_min_compile_time_secs == 1.0
     assert not os.path.exists(os.path.join(str(unconfigured_jax), "ppl_sbl"))
+
+
+def test_quick_compile_flags_add_the_loop_emitters_and_keep_the_users_choice(monkeypatch):
+    from ppl_sbl import _cache, quick_compile_flags
+
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    assert _cache.program_options() == {"xla_cpu_use_fusion_emitters": False}
+    assert _cache.program_options(once=True) == {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}
+    assert quick_compile_flags() == "--xla_cpu_use_fusion_emitters=false"
+    assert _cache.program_options() == {}  # the whole process has them now
+    # the user's own flags stay, the option is added after them
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    assert quick_compile_flags() == "--xla_force_host_platform_device_count=2 --xla_cpu_use_fusion_emitters=false"
+    # a user who names the option keeps it, for the process and for ppl-sbl's programs
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=true")
+    assert quick_compile_flags() is None and _cache.program_options() == {}
+    assert _cache.program_options(once=True) == {"xla_backend_optimization_level": 0}
+    # a jaxlib not known to take the option: nothing (XLA would stop the process at an unknown flag)
+    monkeypatch.delenv("XLA_FLAGS")
+    monkeypatch.setattr(_cache, "_known_to_jaxlib", lambda: False)
+    assert quick_compile_flags() is None and "XLA_FLAGS" not in os.environ and _cache.program_options() == {}
+
+
+def test_cli_starts_xla_with_the_loop_emitters(unconfigured_jax, monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    assert run_cli(*BAD_ARGUMENTS).returncode == 2
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_use_fusion_emitters=false"
+
+
+def test_the_options_compile_the_same_fit():
+    """A whole CAVI fit (ppl_sbl.engine.fit, one program) compiled with ppl-sbl's XLA options and
+    with XLA's own defaults gives the same ELBO and posterior to rounding: the options change how
+    XLA writes the machine code, not the arithmetic."""
+    import numpy as np
+
+    from ppl_sbl import _cache, basis, datasets, engine
+    from ppl_sbl.models import rvm
+
+    d = datasets.sinc(n_train=40)
+    args = (basis.rbf(d.X_train, delta=5.55, bias=True), d.t_train)
+    g = rvm.REGRESSION_GUIDE
+    data = engine.strong(g.prepare(*args))
+
+    def fit(data):
+        state, elbo, sweeps, _ = engine.fit(g, data, max_sweeps=300)
+        return elbo, sweeps, state.w.mean
+
+    ours = _cache.jit(fit)(data)
+    default = jax.jit(fit, compiler_options={"xla_cpu_use_fusion_emitters": True})(data)
+    assert int(ours[1]) == int(default[1]) > 5
+    np.testing.assert_allclose(ours[0], default[0], rtol=1e-12)
+    np.testing.assert_allclose(ours[2], default[2], rtol=1e-9, atol=1e-12)
