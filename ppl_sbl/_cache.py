@@ -3,7 +3,6 @@ read back by later processes, so a second run of the same fit (same model, shape
 skips XLA's compiler, which takes most of a small fit's time on CPU."""
 from __future__ import annotations
 
-import functools
 import os
 
 #: Set to anything but ``""`` or ``"0"`` to keep :func:`compilation_cache` from switching the cache on.
@@ -57,69 +56,34 @@ def compilation_cache():
     return folder
 
 
-#: XLA's options for ppl-sbl's programs: its loop emitters on CPU instead of its fusion emitters,
-#: which compile ppl-sbl's programs (a few hundred small fusions each, many run in a
-#: ``lax.while_loop``) in about two thirds of the time and run them as fast; other backends ignore
-#: the option. :func:`jit` compiles every program of the library with them, and
-#: :func:`quick_compile_flags` puts them in ``XLA_FLAGS`` for the rest of a process.
-XLA_CPU_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+#: XLA's flags that the command line and the test suite start JAX with: on CPU, XLA's loop emitters
+#: instead of its fusion emitters, which compile ppl-sbl's programs (a few hundred small fusions
+#: each, many run in a ``lax.while_loop``) faster and run them as fast; other backends ignore it.
+XLA_CPU_FLAGS = ("--xla_cpu_use_fusion_emitters=false",)
 
-#: The jaxlib versions (from, below) known to take :data:`XLA_CPU_OPTIONS`: XLA refuses an option
-#: it does not know (and stops the process at such a flag), so none is used with another version.
-_OPTIONS_KNOWN = ((0, 10, 2), (0, 13))
+#: The jaxlib versions (from, below) known to take :data:`XLA_CPU_FLAGS`: XLA stops the process at
+#: a flag it does not know, so :func:`quick_compile_flags` adds nothing for any other version.
+_FLAGS_KNOWN = ((0, 10, 2), (0, 13))
 
 
-def _named_by_user():
-    """Whether the ``XLA_FLAGS`` environment variable names one of :data:`XLA_CPU_OPTIONS` (the
-    user's choice stays)."""
-    current = os.environ.get("XLA_FLAGS", "")
-    return any(name in current for name in XLA_CPU_OPTIONS)
-
-
-@functools.lru_cache(maxsize=None)
-def _known_to_jaxlib():
+def quick_compile_flags():
+    """Adds :data:`XLA_CPU_FLAGS` to the ``XLA_FLAGS`` environment variable (which XLA reads when
+    JAX starts its first computation, and which processes started from this one inherit) and
+    returns the variable's new value. Call it at the start of a script, before its first JAX
+    computation: a process that has run one keeps the flags it started with. Returns ``None`` and
+    changes nothing where the variable names one of the flags already (the user's choice stays:
+    ``XLA_FLAGS=--xla_cpu_use_fusion_emitters=true`` keeps XLA's default) or where jaxlib is not a
+    version known to take them. The command line and the test suite call it at start."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         jaxlib = tuple(int(p) for p in version("jaxlib").split(".")[:3])
     except (PackageNotFoundError, ValueError):
-        return False
-    return _OPTIONS_KNOWN[0] <= jaxlib < _OPTIONS_KNOWN[1]
-
-
-def program_options(once=False):
-    """The XLA options :func:`jit` compiles with: :data:`XLA_CPU_OPTIONS` (none where ``XLA_FLAGS``
-    names them or jaxlib is not a version known to take them), and with ``once`` (a program that
-    runs once per call: a result's ELBO and its parts, predictions, draws, the analysis of a
-    derived guide) LLVM without its optimisation passes, which compiles in about half the time:
-    the arithmetic is the same (no fast-math either way), only the machine code is slower, which
-    programs made of a few large operations that run once do not notice."""
-    options = dict(XLA_CPU_OPTIONS) if _known_to_jaxlib() and not _named_by_user() else {}
-    if once:
-        options["xla_backend_optimization_level"] = 0
-    return options
-
-
-def jit(fn=None, /, *, once=False, **kwargs):
-    """``jax.jit(fn, **kwargs)`` compiled with :func:`program_options` (``once``); a decorator with
-    ``fn`` left out (``@jit``, ``@functools.partial(jit, static_argnums=0)``)."""
-    import jax
-
-    if fn is None:
-        return lambda f: jit(f, once=once, **kwargs)
-    return jax.jit(fn, compiler_options=program_options(once) or None, **kwargs)
-
-
-def quick_compile_flags():
-    """Adds :data:`XLA_CPU_OPTIONS` to the ``XLA_FLAGS`` environment variable (which XLA reads when
-    JAX starts its first computation, and which processes started from this one inherit), so that
-    every program of the process compiles with them, and returns the variable's new value; returns
-    ``None`` and changes nothing where the variable names one of them already (the user's choice
-    stays: ``XLA_FLAGS=--xla_cpu_use_fusion_emitters=true`` keeps XLA's default) or where jaxlib is
-    not a version known to take them. A process that has run a JAX computation already keeps the
-    flags it started with. The command line and the test suite call it at start."""
-    if _named_by_user() or not _known_to_jaxlib():
         return None
-    flags = [f"--{name}={str(value).lower()}" for name, value in XLA_CPU_OPTIONS.items()]
-    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip()
+    if not _FLAGS_KNOWN[0] <= jaxlib < _FLAGS_KNOWN[1]:
+        return None
+    current = os.environ.get("XLA_FLAGS", "")
+    if any(flag.split("=")[0] in current for flag in XLA_CPU_FLAGS):
+        return None
+    os.environ["XLA_FLAGS"] = " ".join([current, *XLA_CPU_FLAGS]).strip()
     return os.environ["XLA_FLAGS"]

@@ -37,8 +37,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import ndtr
 
-from ._cache import jit
-
 __all__ = [
     "jj_lambda",
     "jj_log_sigmoid_bound",
@@ -53,7 +51,7 @@ _TAIL = 40.0  # exp(-40) ~ 4e-18: the decaying remainders vanish beyond |x| = 40
 _WIDTH = 12.0  # standard deviations of the Gaussian kept on each side
 
 
-@jit
+@jax.jit
 def jj_lambda(xi):
     """lambda(xi) = tanh(xi/2) / (4 xi), continuous at xi = 0 where it equals 1/8."""
     xi = jnp.abs(xi)

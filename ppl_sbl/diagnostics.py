@@ -16,7 +16,6 @@ import numpy as np
 from numpyro.infer import Trace_ELBO
 
 from . import engine
-from ._cache import jit
 
 __all__ = ["GuideCheck", "check_guide", "monte_carlo_elbo", "monte_carlo_sites"]
 
@@ -109,9 +108,9 @@ def per_particle(one, model, guide, args, kwargs, keys):
         return jax.vmap(lambda key: one(key, model, g, a, kw))(keys)
 
     try:
-        return jit(program)(keys, arrays)
+        return jax.jit(program)(keys, arrays)
     except Exception:  # does not trace with array inputs: everything as constants
-        return jit(jax.vmap(lambda key: one(key, model, guide, args, kwargs)))(keys)
+        return jax.jit(jax.vmap(lambda key: one(key, model, guide, args, kwargs)))(keys)
 
 
 def _scaled_log_prob(site):

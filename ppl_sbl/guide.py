@@ -19,8 +19,6 @@ from typing import Any, Callable, Optional, Protocol
 
 import jax
 
-from ._cache import jit
-
 __all__ = ["ClosedFormGuide", "closed_form_guide", "resolve_guide", "Prepare", "Init", "Update", "Elbo",
            "BuildGuide", "Predict", "CheckNew", "Relevance", "Summaries", "FastSchedule"]
 
@@ -181,12 +179,12 @@ class ClosedFormGuide:
         of this guide alone, the same for every call with this name); ``fn`` itself where it is
         compiled already (a jit of it would compile its program a second time). ``once``: a
         program that runs once per call of a result's method (its ELBO, parts, predictions,
-        draws), compiled with ``once=True`` (:func:`ppl_sbl._cache.program_options`)."""
+        draws), compiled with :data:`ONCE`."""
         if name not in self._compiled:
             if hasattr(fn, "lower"):
                 self._compiled[name] = fn
             else:
-                self._compiled[name] = jit(fn, once=once)
+                self._compiled[name] = jax.jit(fn, compiler_options=ONCE) if once else jax.jit(fn)
         return self._compiled[name]
 
     def replace(self, **changes) -> "ClosedFormGuide":
@@ -204,6 +202,13 @@ class ClosedFormGuide:
         for name, value in fields.items():
             object.__setattr__(self, name, value)
         self.__post_init__()
+
+
+ONCE = {"xla_backend_optimization_level": 0}
+"""XLA options of the programs that run once per call (a result's ELBO and its parts, predictions,
+draws, the analysis of a derived guide): LLVM without its optimisation passes compiles them in
+about half the time; the arithmetic is the same (no fast-math either way), only the machine code is
+slower, which programs made of a few large operations that run once do not notice."""
 
 
 def built_guide(build, state, *args, **kwargs):

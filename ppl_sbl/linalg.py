@@ -32,8 +32,6 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
-from ._cache import jit
-
 __all__ = [
     "use_host_lapack",
     "host_inverse_and_logdet",
@@ -257,7 +255,7 @@ def stacked_cholesky_inverse(C, base=128):
     return jnp.concatenate([top, jnp.concatenate([-(W22 @ (L21 @ W11)), W22], 2)], 1), log11 + log22
 
 
-@jit
+@jax.jit
 def device_factor(K, lam, r):
     """:func:`host_factor` as one compiled JAX program, for the whole stack ``lam`` (Q, N) at once
     (N up to :data:`DEVICE_FACTOR_MAX_N`): C_q = K + Lambda_q^-1, L_q^-1 of each by

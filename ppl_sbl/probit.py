@@ -53,8 +53,6 @@ import numpyro.distributions as dist
 from jax.scipy.special import ndtri
 from numpyro.distributions import constraints
 
-from ._cache import jit
-
 __all__ = ["log_ndtr", "mills_ratio", "cone_log_normaliser", "cone_moments", "compiled_cone_moments",
            "class_probabilities", "ConeTruncatedNormal", "sample_normal_below", "trapezoid_half_count"]
 
@@ -69,7 +67,7 @@ PREDICTIVE_SCALE_RATIO = 3.0  # (P) is resolved to rounding while s_i / s_j <= t
 _ASYMPTOTIC_BELOW = -37.0  # erfc(-x / sqrt 2) / 2 underflows below about -37.5
 
 
-@jit
+@jax.jit
 def log_ndtr(x):
     """ln Phi(x) to float64 accuracy everywhere (within 2e-14 of scipy's log_ndtr, relative to
     max(1, |ln Phi|)) with one erfc (JAX's evaluates all of its branches, and its default 3-term
@@ -113,7 +111,7 @@ def _mills_from_log(x, log_phi):
     return jnp.exp(-0.5 * x * x - _LOG_SQRT_2PI - log_phi)
 
 
-@jit
+@jax.jit
 def mills_ratio(x):
     """lambda(x) = N(x) / Phi(x), the inverse Mills ratio (about -x for x -> -inf, 0 for x -> inf)."""
     return _mills_from_log(x, log_ndtr(x))
@@ -225,7 +223,7 @@ def cone_moments(loc, label, *, square=False, covariance=False):
     return out
 
 
-compiled_cone_moments = jit(cone_moments, static_argnames=("square", "covariance"))
+compiled_cone_moments = jax.jit(cone_moments, static_argnames=("square", "covariance"))
 compiled_cone_moments.__doc__ = """:func:`cone_moments`, compiled once per shape and option."""
 
 

@@ -18,8 +18,6 @@ import numpy as np
 import numpyro.distributions as dist
 from numpyro.primitives import Messenger
 
-from ._cache import jit
-
 __all__ = ["FitResult", "ResultMethods", "inference_data", "ordered_parts"]
 
 
@@ -176,8 +174,10 @@ class ResultMethods:
 
     def compiled(self, name, fn):
         """``jax.jit(fn)``, kept with the fit's guide where it has one (``fn`` the same for every
-        call with this name); a program that runs once per call (``once=True``: :func:`ppl_sbl._cache.program_options`)."""
-        return jit(fn, once=True)
+        call with this name); a program that runs once per call (:data:`ppl_sbl.guide.ONCE`)."""
+        from .guide import ONCE
+
+        return jax.jit(fn, compiler_options=ONCE)
 
     def to_inference_data(self, num_samples: int = 1000, seed: int = 0):
         """An ArviZ ``InferenceData``: posterior draws, pointwise log-likelihood (for ``az.loo``),

@@ -32,8 +32,6 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
-from ._cache import jit
-
 __all__ = [
     "KERNELS",
     "JITTER",
@@ -67,7 +65,7 @@ def add_jitter(K, jitter=JITTER):
     return K + jitter * jnp.where(scale > 0, scale, 1.0) * jnp.eye(K.shape[0], dtype=K.dtype)
 
 
-@jit
+@jax.jit
 def sqdist(X1, X2, weights=None):
     """sum_q w_q (x_q - x'_q)^2 for every pair of rows (clipped at 0 against rounding)."""
     if weights is not None:
@@ -129,13 +127,13 @@ def _lookup(name):
         raise ValueError(f"`kernel` must be one of {sorted(KERNELS)}; got {name!r}.") from None
 
 
-@functools.partial(jit, static_argnums=0)
+@functools.partial(jax.jit, static_argnums=0)
 def kernel(name, params, X1, X2=None):
     """The kernel matrix k(X1, X2) (X2 = X1 by default)."""
     return _lookup(name).matrix(params, X1, X1 if X2 is None else X2)
 
 
-@functools.partial(jit, static_argnums=0)
+@functools.partial(jax.jit, static_argnums=0)
 def kernel_diag(name, params, X):
     """diag k(X, X) without forming the matrix."""
     return _lookup(name).diag(params, X)
@@ -179,7 +177,7 @@ class PsiStats(NamedTuple):
     Psi2: jax.Array  # (M, M)  sum_n <k(z_m, x_n) k(x_n, z_m')>   (5.24)
 
 
-@functools.partial(jit, static_argnums=0)
+@functools.partial(jax.jit, static_argnums=0)
 def psi_statistics(name, params, mu, S, Z):
     """psi0, Psi1, Psi2 of the ``"rbf_ard"`` or ``"linear"`` kernel in closed form, for inputs
     x_n ~ N(mu_n, diag(S_n)) (``mu``, ``S``: (N, Q) means and marginal variances) and inducing
@@ -277,7 +275,7 @@ def exact_log_marginal(name, params, X, Y, beta):
     return -0.5 * N * D * LOG_2PI - D * jnp.sum(jnp.log(jnp.diagonal(L))) - 0.5 * jnp.sum(a**2)
 
 
-@functools.partial(jit, static_argnums=(0, 7))
+@functools.partial(jax.jit, static_argnums=(0, 7))
 def predict_f(name, params, Z, stats: PsiStats, Y, beta, Xnew, jitter=JITTER):
     """The predictive mean (n*, D) and variance (n*,) of the latent function at ``Xnew`` under
     q(U) at its optimum (eqs. 3.28-3.29): mean = beta K_*M (K_MM + beta Psi2)^-1 Psi1^T Y, var =
@@ -304,7 +302,7 @@ def maximize(objective, params, *, args=(), max_steps=1000, tol=1e-9, callback=N
     from jax.flatten_util import ravel_pytree
 
     flat, unravel = ravel_pytree(params)
-    value_and_grad = jit(jax.value_and_grad(lambda v, *a: -objective(unravel(v), *a)))
+    value_and_grad = jax.jit(jax.value_and_grad(lambda v, *a: -objective(unravel(v), *a)))
     trace = []
 
     last = {}

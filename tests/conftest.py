@@ -18,8 +18,7 @@ if _CACHE_ON:
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
-# XLA's CPU options that compile ppl-sbl's programs in about two thirds of the time (most of the
-# suite's time is compiling), for the workers and, through the environment, every subprocess:
+# XLA's CPU options that compile ppl-sbl's programs faster (most of the suite's time is compiling), for the workers and, through the environment, every subprocess:
 # set before JAX starts its backend (importing ppl_sbl runs no computation)
 from ppl_sbl import quick_compile_flags  # noqa: E402
 

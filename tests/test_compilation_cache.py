@@ -61,21 +61,18 @@ def test_quick_compile_flags_add_the_loop_emitters_and_keep_the_users_choice(mon
     from ppl_sbl import _cache, quick_compile_flags
 
     monkeypatch.delenv("XLA_FLAGS", raising=False)
-    assert _cache.program_options() == {"xla_cpu_use_fusion_emitters": False}
-    assert _cache.program_options(once=True) == {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}
     assert quick_compile_flags() == "--xla_cpu_use_fusion_emitters=false"
-    assert _cache.program_options() == {}  # the whole process has them now
+    assert quick_compile_flags() is None  # once is enough
     # the user's own flags stay, the option is added after them
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
     assert quick_compile_flags() == "--xla_force_host_platform_device_count=2 --xla_cpu_use_fusion_emitters=false"
-    # a user who names the option keeps it, for the process and for ppl-sbl's programs
+    # a user who names the option keeps it
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=true")
-    assert quick_compile_flags() is None and _cache.program_options() == {}
-    assert _cache.program_options(once=True) == {"xla_backend_optimization_level": 0}
-    # a jaxlib not known to take the option: nothing (XLA would stop the process at an unknown flag)
+    assert quick_compile_flags() is None and os.environ["XLA_FLAGS"] == "--xla_cpu_use_fusion_emitters=true"
+    # a jaxlib not known to take the flag: nothing (XLA would stop the process at an unknown flag)
     monkeypatch.delenv("XLA_FLAGS")
-    monkeypatch.setattr(_cache, "_known_to_jaxlib", lambda: False)
-    assert quick_compile_flags() is None and "XLA_FLAGS" not in os.environ and _cache.program_options() == {}
+    monkeypatch.setattr(_cache, "_FLAGS_KNOWN", ((0, 0, 1), (0, 0, 2)))
+    assert quick_compile_flags() is None and "XLA_FLAGS" not in os.environ
 
 
 def test_cli_starts_xla_with_the_loop_emitters(unconfigured_jax, monkeypatch):
@@ -84,13 +81,13 @@ def test_cli_starts_xla_with_the_loop_emitters(unconfigured_jax, monkeypatch):
     assert os.environ["XLA_FLAGS"] == "--xla_cpu_use_fusion_emitters=false"
 
 
-def test_the_options_compile_the_same_fit():
-    """A whole CAVI fit (ppl_sbl.engine.fit, one program) compiled with ppl-sbl's XLA options and
-    with XLA's own defaults gives the same ELBO and posterior to rounding: the options change how
-    XLA writes the machine code, not the arithmetic."""
+def test_the_flags_compile_the_same_fit():
+    """A whole CAVI fit (ppl_sbl.engine.fit, one program) compiled with the loop emitters (the
+    tests' flags) and with XLA's default fusion emitters gives the same ELBO and posterior to
+    rounding: the flags change how XLA writes the machine code, not the arithmetic."""
     import numpy as np
 
-    from ppl_sbl import _cache, basis, datasets, engine
+    from ppl_sbl import basis, datasets, engine
     from ppl_sbl.models import rvm
 
     d = datasets.sinc(n_train=40)
@@ -102,7 +99,7 @@ def test_the_options_compile_the_same_fit():
         state, elbo, sweeps, _ = engine.fit(g, data, max_sweeps=300)
         return elbo, sweeps, state.w.mean
 
-    ours = _cache.jit(fit)(data)
+    ours = jax.jit(fit, compiler_options={"xla_cpu_use_fusion_emitters": False})(data)
     default = jax.jit(fit, compiler_options={"xla_cpu_use_fusion_emitters": True})(data)
     assert int(ours[1]) == int(default[1]) > 5
     np.testing.assert_allclose(ours[0], default[0], rtol=1e-12)

@@ -11,14 +11,13 @@ import numpyro.distributions as dist
 from jax.scipy.special import digamma
 
 from .. import expfam, gaussian
-from .._cache import jit
 from ..bounds import expected_sigmoid
 from ..fast_ard import NotApplicable
 from ..guide import ClosedFormGuide
 from .fast import ard_layout, fit_fast, gamma_offsets
 from .jacobian import jacobian
 from .objective import expected_log_joint, expected_log_terms, linear_moments, prior_log_normalisers
-from .structure import (DerivedData, DerivedState, Structure, analyse, base_function, flat, monosum, stack_sites,
+from .structure import (QUICK, DerivedData, DerivedState, Structure, analyse, base_function, flat, monosum, stack_sites,
                         trace_model, unstack_sites, with_array_inputs)
 
 
@@ -386,7 +385,7 @@ def _build(model, st: Structure, last: dict, mark=None) -> ClosedFormGuide:
         state = init(data)
         return state._replace(mean={}, cov={}, xi={}, logdet={}, log_eta={})
 
-    compiled_start = jit(start_gammas, once=True)
+    compiled_start = jax.jit(start_gammas, compiler_options=QUICK)
 
     def fast(*a, tol, max_passes, progress=None, vague_only=False, **kw):
         """The fast schedule where the model's Gaussian vector has an ARD prior
@@ -402,7 +401,7 @@ def _build(model, st: Structure, last: dict, mark=None) -> ClosedFormGuide:
 
     has_jj, has_sum = bool(st.bernoulli), bool(st.sums)
     bound = "+".join(b for b, on in (("jaakkola-jordan", has_jj), ("log-sum", has_sum)) if on) or "none"
-    return ClosedFormGuide(prepare=prepare, init=jit(init), update=update, elbo=elbo, guide=guide_fn, predict=predict,
+    return ClosedFormGuide(prepare=prepare, init=jax.jit(init), update=update, elbo=elbo, guide=guide_fn, predict=predict,
                            relevance=relevance, coefficients=coefficients, elbo_exact=elbo_exact if (has_jj or has_sum) else None,
                            elbo_parts=elbo_parts, fast=fast,
                            bound=bound, observed=st.observed)

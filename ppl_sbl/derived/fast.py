@@ -29,14 +29,13 @@ import numpy as np
 from scipy.special import digamma
 
 from .. import expfam
-from .._cache import jit
 from ..bounds import jj_log_sigmoid_bound
 from ..fast_ard import NotApplicable, schedule
 from ..fast_ard.groups import group_schedule
 from ..fast_ard.results import active_gaussian
 from ..priors import is_vague
 from .objective import expected_log_terms
-from .structure import DerivedData, DerivedState, monosum, rows_alike, stack_sites, unstack_sites
+from .structure import QUICK, DerivedData, DerivedState, monosum, rows_alike, stack_sites, unstack_sites
 
 __all__ = ["gamma_offsets", "ard_layout", "RowFactor", "row_factor", "fit_fast"]
 
@@ -304,7 +303,7 @@ def row_programs(layout, slices, blocks):
             out[name] = jnp.sqrt(second)
         return {"value": value, "d_mean": d_mean, "d_log": d_log, "W": -2.0 * d_e, "r": d_m, "xi": out}
 
-    return {"rows": jit(rows, once=True)}
+    return {"rows": jax.jit(rows, compiler_options=QUICK)}
 
 
 def row_factor(st, data, layout, start_state, programs_cache):

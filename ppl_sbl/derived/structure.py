@@ -14,8 +14,8 @@ import numpyro.distributions as dist
 from numpyro import handlers
 
 from .. import engine
-from .._cache import jit
 from ..gaussian import design_low_rank_factor
+from ..guide import ONCE
 from .jacobian import Picks, canonical, jacobian, matvec, to_dense
 
 SVI_HINT = ("fit this model with SVI instead (numpyro.infer.SVI with an AutoNormal guide and "
@@ -328,13 +328,16 @@ class Structure(NamedTuple):
 
 _COMPILED = {}  # (key, static arguments, shapes and dtypes of the arrays) -> compiled program
 
+QUICK = ONCE  # the analysis and the start run once per fit
+
+
 def with_array_inputs(args, kwargs, key=None):
     """``(compile, abstract)`` for functions ``f(*xs, args, kwargs)``: ``compile(f)(*xs)`` runs ``f``
     compiled, the array leaves of (args, kwargs) entering as inputs of the program (not as
     constants in it; :func:`ppl_sbl.engine.array_inputs`); ``abstract(f)(*xs)`` traces it for
     shapes only. With a hashable ``key`` the compiled program is kept for every later call with the
     same key, static arguments and array shapes (``f`` must then be the same computation for all).
-    The programs run once per call: they compile with ``once=True`` (:func:`ppl_sbl._cache.program_options`)."""
+    The programs run once per call: they compile with :data:`QUICK`."""
     arrays, rebuild, static = engine.array_inputs(args, kwargs)
     kept = None if key is None or static is None else (
         key, static, tuple((np.shape(a), np.result_type(a).str) for a in arrays))
@@ -342,7 +345,7 @@ def with_array_inputs(args, kwargs, key=None):
     def compile(f):
         compiled = _COMPILED.get(kept) if kept is not None else None
         if compiled is None:
-            compiled = jit(lambda xs, values: f(*xs, *rebuild(values)), once=True)
+            compiled = jax.jit(lambda xs, values: f(*xs, *rebuild(values)), compiler_options=QUICK)
             if kept is not None:
                 _COMPILED[kept] = compiled
         return lambda *xs: compiled(xs, arrays)

@@ -29,7 +29,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._cache import jit
 from ..engine import batched_map
 from . import compiled_factors as CF
 from . import compiled_moves as CM
@@ -253,10 +252,10 @@ def _passes(st, buf, data, kind, progress, lanes=False):
     return st._replace(phase=st.phase.astype(jnp.int64), status=st.status.astype(jnp.int64)), buf
 
 
-_program = functools.partial(jit, static_argnames=("kind", "progress"), donate_argnums=(0, 1))(_passes)
+_program = functools.partial(jax.jit, static_argnames=("kind", "progress"), donate_argnums=(0, 1))(_passes)
 
 
-@functools.partial(jit, static_argnames=("kind", "batch_size"), donate_argnums=(0, 1))
+@functools.partial(jax.jit, static_argnames=("kind", "batch_size"), donate_argnums=(0, 1))
 def _programs(st, buf, data, kind, batch_size):
     """:func:`_passes` of several fits stacked along a leading axis: vmapped in batches of
     ``batch_size`` (:func:`ppl_sbl.engine.batched_map`)."""

@@ -12,7 +12,6 @@ import numpy as np
 from ppl_sbl import linalg
 from ppl_sbl import sparse_gp as sg
 
-from ..._cache import jit
 from .collapsed import data_term, unpack
 from .latent import LAMBDA_FLOOR, VARIANCE_FLOOR, precisions
 from .programs import prior_cov
@@ -30,7 +29,7 @@ def _data_term_functions(jitter):
     one gradient program: the reverse pass through the Psi statistics is shared by all three
     gradients, and one program per shape compiles in a fraction of the time of three."""
     f = functools.partial(data_term, jitter=jitter)
-    return jit(f), jit(jax.value_and_grad(f, argnums=(0, 1, 2)))
+    return jax.jit(f), jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2)))
 
 
 def _flat(tree):

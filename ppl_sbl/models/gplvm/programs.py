@@ -13,15 +13,13 @@ import numpyro.distributions as dist
 
 from ppl_sbl import sparse_gp as sg
 
-from ..._cache import jit
-
 __all__ = ["MODELS", "PRIOR_KERNELS", "PROGRAMS", "prior_cov", "supervised", "autoencoder", "unsupervised", "guide"]
 
 MODELS = ("supervised", "autoencoder", "unsupervised")
 PRIOR_KERNELS = ("rbf", "linear", "matern32")
 
 
-@functools.partial(jit, static_argnums=(1, 3))
+@functools.partial(jax.jit, static_argnums=(1, 3))
 def prior_cov(Y, prior_kernel, prior_params, jitter):
     """K_Y = k_prior(Y, Y) with jitter, the covariance of each latent dimension under the GP-latent
     prior X[:, q] ~ N(0, K_Y) (5.1-5.2)."""

@@ -15,7 +15,6 @@ from ppl_sbl.result import ResultMethods
 from ppl_sbl.portable import Saveable
 from ppl_sbl.validation import check_matrix
 
-from ..._cache import jit
 from .collapsed import data_term_parts, optimal_q_u, q_x, unpack
 from .latent import VARIANCE_FLOOR, precisions, whiten
 from .programs import PROGRAMS, guide, prior_cov
@@ -23,10 +22,10 @@ from .programs import PROGRAMS, guide, prior_cov
 __all__ = ["GPLVMResult"]
 
 # q(X) of a fitted result (its covariances too), compiled once per model, kernel and shape
-_q_x_compiled = jit(q_x, static_argnums=(0, 4, 5), static_argnames=("full", "k_grad"))
+_q_x_compiled = jax.jit(q_x, static_argnums=(0, 4, 5), static_argnames=("full", "k_grad"))
 
 
-@functools.partial(jit, static_argnums=(5, 6))
+@functools.partial(jax.jit, static_argnums=(5, 6))
 def _latent_predictive(Y, Y_new, mubar, log_lam, prior, prior_kernel, jitter):
     """q(x*) of new inputs (5.30): per latent dimension, mean k_*^T mubar_q (5.32) and variance
     k_** - k_*^T (K_Y + Lambda_q^-1)^-1 k_*. Returns (n*, Q) means and variances."""
@@ -42,7 +41,7 @@ def _latent_predictive(Y, Y_new, mubar, log_lam, prior, prior_kernel, jitter):
     return mean.T, var.T
 
 
-@functools.partial(jit, static_argnums=6)
+@functools.partial(jax.jit, static_argnums=6)
 def _predictive_means(kernel_params, inducing, stats, Z, beta, draws, jitter):
     """E[f_*] under q(U) (3.28) at each of the (S, n*, Q) draws of x*: (S, n*, D)."""
     return jax.vmap(lambda x: sg.predict_f("rbf_ard", kernel_params, inducing, stats, Z, beta, x, jitter)[0])(draws)

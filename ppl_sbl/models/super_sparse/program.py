@@ -7,7 +7,6 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
-from ..._cache import jit
 from .similarity import similarity_matrix
 
 __all__ = ["model", "beta_step", "beta_step_jit", "residual_weights", "beta_residual_jit", "omega", "objective"]
@@ -91,7 +90,7 @@ def beta_step(S, y, v, lam):
     return beta, b
 
 
-beta_step_jit = jit(beta_step)
+beta_step_jit = jax.jit(beta_step)
 
 
 def residual_weights(S, y, v, lam):
@@ -101,7 +100,7 @@ def residual_weights(S, y, v, lam):
     return beta, b, v * r
 
 
-beta_residual_jit = jit(residual_weights)
+beta_residual_jit = jax.jit(residual_weights)
 
 
 def omega(S, y, v, lam, beta, b):

@@ -9,7 +9,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._cache import jit
 from .gradients import (direction, direction_repulsion_gradient, rbf_prototype_gradient, rbf_repulsion_gradient,
                         repulsion_penalty)
 from .program import beta_residual_jit, beta_step, objective, omega
@@ -32,7 +31,7 @@ def _gradient(C, X, y, v, lam, gamma, coef, similarity, mode):
     return jax.grad(lambda c: _augmented(c, X, y, v, lam, gamma, coef, similarity)[0])(C)
 
 
-@functools.partial(jit, static_argnames=("similarity",))
+@functools.partial(jax.jit, static_argnames=("similarity",))
 def evaluate_jit(C, X, y, v, lam, gamma, similarity):
     """beta, b (4) and Omega (2) at the prototypes C."""
     S = similarity_matrix(X, C, similarity, gamma)
@@ -40,7 +39,7 @@ def evaluate_jit(C, X, y, v, lam, gamma, similarity):
     return beta, b, omega(S, y, v, lam, beta, b)
 
 
-@functools.partial(jit, static_argnames=("similarity", "mode"))
+@functools.partial(jax.jit, static_argnames=("similarity", "mode"))
 def jax_step(C, X, y, v, lam, gamma, coef, eta, spread, similarity, mode):
     """One c-step: the gradient of Omega + coef R, then a step halved until Omega + coef R does
     not increase (at most _MAX_HALVINGS times). Returns the new prototypes (the old ones if no
