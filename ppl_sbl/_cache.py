@@ -61,9 +61,21 @@ def compilation_cache():
 #: each, many run in a ``lax.while_loop``) faster and run them as fast; other backends ignore it.
 XLA_CPU_FLAGS = ("--xla_cpu_use_fusion_emitters=false",)
 
-#: The jaxlib versions (from, below) known to take :data:`XLA_CPU_FLAGS`: XLA stops the process at
-#: a flag it does not know, so :func:`quick_compile_flags` adds nothing for any other version.
-_FLAGS_KNOWN = ((0, 10, 2), (0, 13))
+#: The jaxlib versions (from, below) that take :data:`XLA_CPU_FLAGS` (0.10.2 and 0.11.0; from 0.11.1
+#: on XLA no longer knows the flag): XLA stops the process at a flag it does not know, so
+#: :func:`quick_compile_flags` adds nothing for any other version.
+_FLAGS_KNOWN = ((0, 10, 2), (0, 11, 1))
+
+
+def takes_quick_compile_flags():
+    """Whether the installed jaxlib is a version known to take :data:`XLA_CPU_FLAGS`."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        jaxlib = tuple(int(p) for p in version("jaxlib").split(".")[:3])
+    except (PackageNotFoundError, ValueError):
+        return False
+    return _FLAGS_KNOWN[0] <= jaxlib < _FLAGS_KNOWN[1]
 
 
 def quick_compile_flags():
@@ -73,14 +85,9 @@ def quick_compile_flags():
     computation: a process that has run one keeps the flags it started with. Returns ``None`` and
     changes nothing where the variable names one of the flags already (the user's choice stays:
     ``XLA_FLAGS=--xla_cpu_use_fusion_emitters=true`` keeps XLA's default) or where jaxlib is not a
-    version known to take them. The command line and the test suite call it at start."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        jaxlib = tuple(int(p) for p in version("jaxlib").split(".")[:3])
-    except (PackageNotFoundError, ValueError):
-        return None
-    if not _FLAGS_KNOWN[0] <= jaxlib < _FLAGS_KNOWN[1]:
+    version known to take them (:func:`takes_quick_compile_flags`). The command line and the test
+    suite call it at start."""
+    if not takes_quick_compile_flags():
         return None
     current = os.environ.get("XLA_FLAGS", "")
     if any(flag.split("=")[0] in current for flag in XLA_CPU_FLAGS):
