@@ -58,7 +58,8 @@ def compilation_cache():
 
 #: XLA's flags that the command line and the test suite start JAX with: on CPU, XLA's loop emitters
 #: instead of its fusion emitters, which compile ppl-sbl's programs (a few hundred small fusions
-#: each, many run in a ``lax.while_loop``) faster and run them as fast; other backends ignore it.
+#: each, many run in a ``lax.while_loop``) faster and run them a little slower (``benchmarks/compile_time.py``);
+#: other backends ignore it.
 XLA_CPU_FLAGS = ("--xla_cpu_use_fusion_emitters=false",)
 
 #: The jaxlib versions (from, below) that take :data:`XLA_CPU_FLAGS` (0.10.2 and 0.11.0; from 0.11.1
