@@ -79,19 +79,32 @@ def takes_quick_compile_flags():
     return _FLAGS_KNOWN[0] <= jaxlib < _FLAGS_KNOWN[1]
 
 
-def quick_compile_flags():
+#: The flag :func:`quick_compile_flags` adds with ``optimize=False``: LLVM does not optimise the
+#: machine code XLA writes (any jaxlib takes it, on every backend): XLA compiles each program
+#: faster and the program runs slower; the same arithmetic (``tests/test_compilation_cache.py``).
+UNOPTIMIZED_FLAG = "--xla_backend_optimization_level=0"
+
+
+def quick_compile_flags(optimize=True):
     """Adds :data:`XLA_CPU_FLAGS` to the ``XLA_FLAGS`` environment variable (which XLA reads when
     JAX starts its first computation, and which processes started from this one inherit) and
     returns the variable's new value. Call it at the start of a script, before its first JAX
-    computation: a process that has run one keeps the flags it started with. Returns ``None`` and
-    changes nothing where the variable names one of the flags already (the user's choice stays:
-    ``XLA_FLAGS=--xla_cpu_use_fusion_emitters=true`` keeps XLA's default) or where jaxlib is not a
-    version known to take them (:func:`takes_quick_compile_flags`). The command line and the test
-    suite call it at start."""
-    if not takes_quick_compile_flags():
-        return None
+    computation: a process that has run one keeps the flags it started with.
+
+    ``optimize=False`` also adds :data:`UNOPTIMIZED_FLAG`, for runs of many small problems each
+    compiled once (a test suite), where compiling is most of the time; the test suite starts with
+    it, the command line does not.
+
+    A flag the variable names already is not added (the user's choice stays:
+    ``XLA_FLAGS=--xla_cpu_use_fusion_emitters=true`` keeps XLA's default emitters), nor are
+    :data:`XLA_CPU_FLAGS` where jaxlib is not a version known to take them
+    (:func:`takes_quick_compile_flags`). Returns ``None``, and changes nothing, where no flag is
+    added. The command line and the test suite call it at start."""
+    flags = [*(XLA_CPU_FLAGS if takes_quick_compile_flags() else ()), *(() if optimize else (UNOPTIMIZED_FLAG,))]
     current = os.environ.get("XLA_FLAGS", "")
-    if any(flag.split("=")[0] in current for flag in XLA_CPU_FLAGS):
+    named = {f.split("=")[0].lstrip("-") for f in current.split()}
+    added = [flag for flag in flags if flag.split("=")[0].lstrip("-") not in named]
+    if not added:
         return None
-    os.environ["XLA_FLAGS"] = " ".join([current, *XLA_CPU_FLAGS]).strip()
+    os.environ["XLA_FLAGS"] = " ".join([current, *added]).strip()
     return os.environ["XLA_FLAGS"]

@@ -18,11 +18,13 @@ if _CACHE_ON:
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
-# XLA's CPU options that compile ppl-sbl's programs faster (most of the suite's time is compiling), for the workers and, through the environment, every subprocess:
-# set before JAX starts its backend (importing ppl_sbl runs no computation)
+# XLA's options that compile ppl-sbl's programs faster (most of the suite's time is compiling, and
+# its problems are small), for the workers and, through the environment, every subprocess: the loop
+# emitters on CPU and LLVM unoptimised (the same arithmetic: test_compilation_cache.py compiles one
+# fit both ways); set before JAX starts its backend (importing ppl_sbl runs no computation)
 from ppl_sbl import quick_compile_flags  # noqa: E402
 
-quick_compile_flags()
+quick_compile_flags(optimize=False)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -77,6 +77,27 @@ def test_quick_compile_flags_add_the_loop_emitters_and_keep_the_users_choice(mon
     assert quick_compile_flags() is None and "XLA_FLAGS" not in os.environ
 
 
+def test_unoptimized_flag_is_added_for_any_jaxlib_and_keeps_the_users_level(monkeypatch):
+    from ppl_sbl import _cache, quick_compile_flags
+
+    monkeypatch.setattr(_cache, "takes_quick_compile_flags", lambda: True)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    assert quick_compile_flags(optimize=False) == ("--xla_cpu_use_fusion_emitters=false "
+                                                  "--xla_backend_optimization_level=0")
+    assert quick_compile_flags(optimize=False) is None
+    # the emitters named by the user: only the level is added
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=true")
+    assert quick_compile_flags(optimize=False) == ("--xla_cpu_use_fusion_emitters=true "
+                                                  "--xla_backend_optimization_level=0")
+    # a level named by the user stays
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=3")
+    assert quick_compile_flags(optimize=False) == "--xla_backend_optimization_level=3 --xla_cpu_use_fusion_emitters=false"
+    # a jaxlib without the emitters' flag still takes the level
+    monkeypatch.delenv("XLA_FLAGS")
+    monkeypatch.setattr(_cache, "takes_quick_compile_flags", lambda: False)
+    assert quick_compile_flags(optimize=False) == "--xla_backend_optimization_level=0"
+
+
 @pytest.mark.parametrize("jaxlib, takes", [("0.10.2", True), ("0.11.0", True), ("0.11.1", False), ("0.12.1", False),
                                            ("0.9.2", False)])
 def test_the_jaxlib_versions_that_take_the_flag(monkeypatch, jaxlib, takes):
@@ -98,6 +119,33 @@ def test_cli_starts_xla_with_the_loop_emitters(unconfigured_jax, monkeypatch):
         assert os.environ["XLA_FLAGS"] == "--xla_cpu_use_fusion_emitters=false"
     else:
         assert "XLA_FLAGS" not in os.environ
+
+
+def test_unoptimized_machine_code_computes_the_same_fit():
+    """The same whole CAVI fit (one program) compiled with LLVM unoptimised (the tests' level) and
+    at XLA's default level 3 (the command line's, and any script's): the same number of sweeps,
+    ELBO and posterior to rounding, for regression and for classification (the JJ bound's
+    alternation)."""
+    import numpy as np
+
+    from ppl_sbl import basis, datasets, engine
+    from ppl_sbl.models import rvm
+
+    d = datasets.sinc(n_train=40)
+    r = datasets.ripley()
+    for g, args in [(rvm.REGRESSION_GUIDE, (basis.rbf(d.X_train, delta=5.55, bias=True), d.t_train)),
+                    (rvm.CLASSIFICATION_GUIDE, (basis.rbf(r.X_train[::4], delta=0.5, bias=True), r.t_train[::4]))]:
+        data = engine.strong(g.prepare(*args))
+
+        def fit(data):
+            state, elbo, sweeps, _ = engine.fit(g, data, max_sweeps=300)
+            return elbo, sweeps, state.w.mean
+
+        unoptimized = jax.jit(fit, compiler_options={"xla_backend_optimization_level": 0})(data)
+        default = jax.jit(fit, compiler_options={"xla_backend_optimization_level": 3})(data)
+        assert int(unoptimized[1]) == int(default[1]) > 5
+        np.testing.assert_allclose(unoptimized[0], default[0], rtol=1e-12)
+        np.testing.assert_allclose(unoptimized[2], default[2], rtol=1e-9, atol=1e-12)
 
 
 def test_the_flags_compile_the_same_fit():
