@@ -15,5 +15,7 @@ def test_compile_time_bench_quick(tmp_path):
     assert label == "rvm_regression_sinc40" and row["n"] == 40 and row["same_fit"] is True
     assert row["compile_ratio_loop_to_fusion"] == (row["loop"]["compile_seconds"]["median"]
                                                    / row["fusion"]["compile_seconds"]["median"])
-    assert row["sweeps"]["loop"] == row["sweeps"]["fusion"] > 5
+    assert row["run_ratio_loop_unoptimized_to_fusion"] == (row["loop_unoptimized"]["run_seconds"]["median"]
+                                                           / row["fusion"]["run_seconds"]["median"])
+    assert row["sweeps"]["loop"] == row["sweeps"]["fusion"] == row["sweeps"]["loop_unoptimized"] > 5
     assert "rvm_regression_sinc40" in run.stdout
