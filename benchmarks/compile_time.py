@@ -35,8 +35,9 @@ sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmar
 from benchmarks.timing import environment, fmt, interleaved_rounds, log, set_blas_threads, summarise, write_record  # noqa: E402
 
 OPTION = "xla_cpu_use_fusion_emitters"
-EMITTERS = {"loop": {OPTION: False}, "fusion": {OPTION: True},
-            "loop_unoptimized": {OPTION: False, "xla_backend_optimization_level": 0}}
+#: the compile options timed, by name (``fusion``: XLA's default)
+OPTIONS = {"loop": {OPTION: False}, "fusion": {OPTION: True},
+           "loop_unoptimized": {OPTION: False, "xla_backend_optimization_level": 0}}
 
 
 def programs(sizes, quick):
@@ -88,14 +89,14 @@ def main(argv=None):
 
         lowered = jax.jit(fit).lower(data)
         try:
-            compiled = {name: lowered.compile(options) for name, options in EMITTERS.items()}
+            compiled = {name: lowered.compile(options) for name, options in OPTIONS.items()}
         except Exception as err:  # this jaxlib has no choice of emitters
             record["unavailable"] = f"{type(err).__name__}: {err}"
             log(f"# no choice of emitters in this jaxlib: {record['unavailable']}")
             break
-        compiles = {name: {"wall": []} for name in EMITTERS}
+        compiles = {name: {"wall": []} for name in OPTIONS}
         for _ in range(args.rounds):  # interleaved; a fresh lowering each time (JAX keeps compiled lowerings)
-            for name, options in EMITTERS.items():
+            for name, options in OPTIONS.items():
                 fresh = jax.jit(functools.partial(fit)).lower(data)
                 start = time.perf_counter()
                 fresh.compile(options)
@@ -107,11 +108,11 @@ def main(argv=None):
         sweeps = {name: int(r[1]) for name, r in results.items()}
         row = {"n": int(Phi.shape[0]), "m": int(Phi.shape[1]), "elbo": elbos, "sweeps": sweeps,
                "same_fit": all(bool(np.isclose(elbos[name], elbos["fusion"], rtol=1e-12, atol=0))
-                               and sweeps[name] == sweeps["fusion"] for name in EMITTERS)}
-        for name in EMITTERS:
+                               and sweeps[name] == sweeps["fusion"] for name in OPTIONS)}
+        for name in OPTIONS:
             row[name] = {"compile_seconds": summarise(compiles[name]["wall"]), "run_seconds": summarise(runs[name]["wall"])}
         text = []
-        for name in EMITTERS:
+        for name in OPTIONS:
             if name != "fusion":
                 row[f"compile_ratio_{name}_to_fusion"] = (row[name]["compile_seconds"]["median"]
                                                           / row["fusion"]["compile_seconds"]["median"])

@@ -100,10 +100,13 @@ def quick_compile_flags(optimize=True):
     :data:`XLA_CPU_FLAGS` where jaxlib is not a version known to take them
     (:func:`takes_quick_compile_flags`). Returns ``None``, and changes nothing, where no flag is
     added. The command line and the test suite call it at start."""
+    def option(flag):  # "--name=value" -> "name"
+        return flag.split("=")[0].lstrip("-")
+
     flags = [*(XLA_CPU_FLAGS if takes_quick_compile_flags() else ()), *(() if optimize else (UNOPTIMIZED_FLAG,))]
     current = os.environ.get("XLA_FLAGS", "")
-    named = {f.split("=")[0].lstrip("-") for f in current.split()}
-    added = [flag for flag in flags if flag.split("=")[0].lstrip("-") not in named]
+    named = {option(f) for f in current.split()}
+    added = [flag for flag in flags if option(flag) not in named]
     if not added:
         return None
     os.environ["XLA_FLAGS"] = " ".join([current, *added]).strip()

@@ -1,5 +1,5 @@
 """The compile-time benchmark (benchmarks/compile_time.py) in quick mode: it runs, writes its record,
-both emitters' programs make the same fit, and the ratios it reports are its own times'."""
+the three options' programs make the same fit, and the ratios it reports are its own times'."""
 import pytest
 
 from scripts import run_script

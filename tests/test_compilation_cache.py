@@ -121,58 +121,46 @@ def test_cli_starts_xla_with_the_loop_emitters(unconfigured_jax, monkeypatch):
         assert "XLA_FLAGS" not in os.environ
 
 
-def test_unoptimized_machine_code_computes_the_same_fit():
-    """The same whole CAVI fit (one program) compiled with LLVM unoptimised (the tests' level) and
-    at XLA's default level 3 (the command line's, and any script's): the same number of sweeps,
-    ELBO and posterior to rounding, for regression and for classification (the JJ bound's
-    alternation)."""
-    import numpy as np
-
-    from ppl_sbl import basis, datasets, engine
+def _fit_problems(classification):
+    """(guide, arguments) of whole CAVI fits: an RVM regression on sinc (40 points) and, with
+    ``classification``, an RVM classification on every fourth Ripley training point (the JJ
+    bound's alternation)."""
+    from ppl_sbl import basis, datasets
     from ppl_sbl.models import rvm
 
     d = datasets.sinc(n_train=40)
-    r = datasets.ripley()
-    for g, args in [(rvm.REGRESSION_GUIDE, (basis.rbf(d.X_train, delta=5.55, bias=True), d.t_train)),
-                    (rvm.CLASSIFICATION_GUIDE, (basis.rbf(r.X_train[::4], delta=0.5, bias=True), r.t_train[::4]))]:
+    problems = [(rvm.REGRESSION_GUIDE, (basis.rbf(d.X_train, delta=5.55, bias=True), d.t_train))]
+    if classification:
+        r = datasets.ripley()
+        problems.append((rvm.CLASSIFICATION_GUIDE, (basis.rbf(r.X_train[::4], delta=0.5, bias=True), r.t_train[::4])))
+    return problems
+
+
+@pytest.mark.parametrize("ours, default, emitters, classification", [
+    # the tests' level (LLVM unoptimised) against XLA's default level 3, the command line's
+    ({"xla_backend_optimization_level": 0}, {"xla_backend_optimization_level": 3}, False, True),
+    # the loop emitters (the tests' and the command line's) against XLA's default fusion emitters
+    ({"xla_cpu_use_fusion_emitters": False}, {"xla_cpu_use_fusion_emitters": True}, True, False),
+], ids=["level", "emitters"])
+def test_the_flags_compile_the_same_fit(ours, default, emitters, classification):
+    """A whole CAVI fit (ppl_sbl.engine.fit, one program) compiled with the tests' option and with
+    XLA's default gives the same number of sweeps, ELBO and posterior to rounding: the options
+    change how XLA writes the machine code, not the arithmetic."""
+    import numpy as np
+
+    from ppl_sbl import _cache, engine
+
+    if emitters and not _cache.takes_quick_compile_flags():
+        pytest.skip("this jaxlib has no choice of emitters")
+    for g, args in _fit_problems(classification):
         data = engine.strong(g.prepare(*args))
 
-        def fit(data):
+        def fit(data, g=g):
             state, elbo, sweeps, _ = engine.fit(g, data, max_sweeps=300)
             return elbo, sweeps, state.w.mean
 
-        unoptimized = jax.jit(fit, compiler_options={"xla_backend_optimization_level": 0})(data)
-        default = jax.jit(fit, compiler_options={"xla_backend_optimization_level": 3})(data)
-        assert int(unoptimized[1]) == int(default[1]) > 5
-        np.testing.assert_allclose(unoptimized[0], default[0], rtol=1e-12)
-        np.testing.assert_allclose(unoptimized[2], default[2], rtol=1e-9, atol=1e-12)
-
-
-def test_the_flags_compile_the_same_fit():
-    """A whole CAVI fit (ppl_sbl.engine.fit, one program) compiled with the loop emitters (the
-    tests' flags) and with XLA's default fusion emitters gives the same ELBO and posterior to
-    rounding: the flags change how XLA writes the machine code, not the arithmetic."""
-    import numpy as np
-
-    from ppl_sbl import _cache
-
-    if not _cache.takes_quick_compile_flags():
-        pytest.skip("this jaxlib has no choice of emitters")
-
-    from ppl_sbl import basis, datasets, engine
-    from ppl_sbl.models import rvm
-
-    d = datasets.sinc(n_train=40)
-    args = (basis.rbf(d.X_train, delta=5.55, bias=True), d.t_train)
-    g = rvm.REGRESSION_GUIDE
-    data = engine.strong(g.prepare(*args))
-
-    def fit(data):
-        state, elbo, sweeps, _ = engine.fit(g, data, max_sweeps=300)
-        return elbo, sweeps, state.w.mean
-
-    ours = jax.jit(fit, compiler_options={"xla_cpu_use_fusion_emitters": False})(data)
-    default = jax.jit(fit, compiler_options={"xla_cpu_use_fusion_emitters": True})(data)
-    assert int(ours[1]) == int(default[1]) > 5
-    np.testing.assert_allclose(ours[0], default[0], rtol=1e-12)
-    np.testing.assert_allclose(ours[2], default[2], rtol=1e-9, atol=1e-12)
+        a = jax.jit(fit, compiler_options=ours)(data)
+        b = jax.jit(fit, compiler_options=default)(data)
+        assert int(a[1]) == int(b[1]) > 5
+        np.testing.assert_allclose(a[0], b[0], rtol=1e-12)
+        np.testing.assert_allclose(a[2], b[2], rtol=1e-9, atol=1e-12)
