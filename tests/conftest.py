@@ -27,6 +27,7 @@ from ppl_sbl import quick_compile_flags  # noqa: E402
 quick_compile_flags(optimize=False)
 
 import jax  # noqa: E402
+from jax import monitoring  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
@@ -65,6 +66,16 @@ def pytest_collection_modifyitems(config, items):
 
 
 _MAX_MAPPINGS = 30000  # about half of the usual vm.max_map_count (65530)
+_CHECK_EVERY = 500  # compilations between two counts of the mappings (each maps about five regions)
+_compilations = [0]  # since the last count
+
+
+def _count_compilation(event, duration, **kwargs):
+    if event == "/jax/core/compile/backend_compile_duration":
+        _compilations[0] += 1
+
+
+monitoring.register_event_duration_secs_listener(_count_compilation)
 
 
 @pytest.fixture(autouse=True)
@@ -72,17 +83,20 @@ def _free_compiled_programs():
     """Free the compiled programs after a test if the process holds many memory mappings: every
     compiled CPU program maps its code into the process, and a worker that runs many tests would
     otherwise reach the kernel's limit (vm.max_map_count), where the compiler aborts. Below the
-    mark the programs stay, for the next tests that compile the same ones."""
+    mark the programs stay, for the next tests that compile the same ones. The mappings are
+    counted (reading /proc/self/maps takes milliseconds) once the worker has compiled
+    ``_CHECK_EVERY`` programs since the last count."""
     yield
+    if _compilations[0] < _CHECK_EVERY:
+        return
+    _compilations[0] = 0
     try:
-        with open("/proc/self/maps") as fh:
-            mappings = sum(1 for _ in fh)
-    except OSError:  # not Linux: free them every time
+        with open("/proc/self/maps", "rb") as fh:
+            mappings = fh.read().count(b"\n")
+    except OSError:  # not Linux: free them at every count
         mappings = _MAX_MAPPINGS
     if mappings >= _MAX_MAPPINGS:
         import gc
-
-        import jax
 
         jax.clear_caches()
         gc.collect()

@@ -348,9 +348,10 @@ def test_datasets_shapes_and_sources():
 def test_cli_compare_prints_elbo_and_loo_tables(tmp_path):
     import json
 
-    # run outside the source tree, so that the installed package is what runs
-    out = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "sinc", "--max-sweeps", "300",
-                          "--json", "record.json"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    from scripts import run_cli
+
+    # from a folder outside the source tree (the record lands there)
+    out = run_cli("compare", "--dataset", "sinc", "--max-sweeps", "300", "--json", "record.json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "by ELBO, with its parts" in out.stdout and "by leave-one-out predictive density" in out.stdout
     assert "chosen by each criterion" in out.stdout and "test RMSE" in out.stdout
@@ -372,11 +373,11 @@ def test_cli_compare_prints_elbo_and_loo_tables(tmp_path):
     assert sum(row["weight"] for row in by_loo.values()) == pytest.approx(1.0)
     assert any("vague hyperparameters" in note for note in record["notes"]) and "warning:" in out.stdout
     assert set(record["width_chosen_by"]) == {"ELBO", "LOO", "held-out lpd"}
+    # `python -m ppl_sbl.cli` in a process of its own, outside the source tree: the installed package
     helptext = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--help"], capture_output=True,
                               text=True, cwd=tmp_path)
-    assert "--dataset" in helptext.stdout and "--delta" in helptext.stdout
-    bad = subprocess.run([sys.executable, "-m", "ppl_sbl.cli", "compare", "--dataset", "sinc", "--delta", "-1"],
-                         capture_output=True, text=True, cwd=tmp_path)
+    assert helptext.returncode == 0 and "--dataset" in helptext.stdout and "--delta" in helptext.stdout
+    bad = run_cli("compare", "--dataset", "sinc", "--delta", "-1", cwd=tmp_path)
     assert bad.returncode == 2 and "argument --delta: must be a finite number > 0; got -1" in bad.stderr
     assert "Gamma" not in bad.stderr
 

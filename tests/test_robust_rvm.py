@@ -307,21 +307,29 @@ def test_robust_regression_resists_gross_outliers_on_sinc():
     assert set(np.argsort(robust.outlier_score)[:10]) == set(bad)
 
 
-@pytest.mark.parametrize("batch_size", [None, 2, 3])
-def test_fit_grid_equals_one_by_one_fits(batch_size):
-    """Whatever the batching (one at a time, a vmapped batch of 2 plus a remainder, all three
-    vmapped), every fit equals its own CAVI run sweep for sweep."""
+@pytest.fixture(scope="module")
+def width_problem():
+    """Ripley's 40 + 40 training points, RBF designs at three widths, and each design's own CAVI
+    run (the reference of every batching below)."""
     d = ppl_sbl.datasets.ripley()
     rows = np.r_[0:40, 125:165]  # the training set is sorted by class: 40 points of each
     X, t = d.X_train[rows], d.t_train[rows]
     widths = [0.5, 2.0, 8.0]
     designs = [ppl_sbl.basis.rbf(X, delta=w, bias=True) for w in widths]
+    cavi = ppl_sbl.CAVI(robust_rvm.classification, tol=1e-8, max_sweeps=3000, prune=False, progress_bar=False,
+                        schedule="sweep")
+    return widths, designs, t, [cavi.run(Phi, t) for Phi in designs]
+
+
+@pytest.mark.parametrize("batch_size", [None, 2, 3])
+def test_fit_grid_equals_one_by_one_fits(width_problem, batch_size):
+    """Whatever the batching (one at a time, a vmapped batch of 2 plus a remainder, all three
+    vmapped), every fit equals its own CAVI run sweep for sweep."""
+    widths, designs, t, ones = width_problem
     grid = ppl_sbl.fit_grid(robust_rvm.classification, designs, t, names=widths, tol=1e-8, max_sweeps=3000,
                             batch_size=batch_size)
     assert list(grid) == widths
-    for w, Phi in zip(widths, designs):
-        one = ppl_sbl.CAVI(robust_rvm.classification, tol=1e-8, max_sweeps=3000, prune=False,
-                           progress_bar=False, schedule="sweep").run(Phi, t)
+    for w, one in zip(widths, ones):
         g = grid[w]
         assert g.num_sweeps == one.num_sweeps
         np.testing.assert_allclose(g.elbo_trace, one.elbo_trace, rtol=1e-9)
