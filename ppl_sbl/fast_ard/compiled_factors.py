@@ -20,11 +20,12 @@ from jax import lax
 
 from . import compiled_state as CS
 from . import jax_algebra as J
+from .passes import Extrapolation
 from ..bounds import jj_lambda, jj_log_sigmoid_bound
 from ..expfam import gamma_mean_log
 
 _BLOCK = 8  # slots at a time where B = Phi^T diag(W) Phi_A is formed afresh
-MAX_RATE, RATE_AGREEMENT, SHORTEN = 0.98, 0.05, 0.5  # ``Extrapolation``'s
+MAX_RATE, RATE_AGREEMENT, SHORTEN = Extrapolation.MAX_RATE, Extrapolation.RATE_AGREEMENT, Extrapolation.SHORTEN
 BOUNDS = ("jj", "robust_jj")  # the kinds whose parameters are extrapolated
 _TINY = float(np.finfo(float).tiny)
 

@@ -98,7 +98,7 @@ class Extrapolation:
     differs from the plain alternation's, and where the greedy passes have several fixed points
     within reach it can end at another one."""
 
-    MAX_RATE = 0.98
+    MAX_RATE = 0.9999  # an extrapolated step is at most 10^4 times the last step d
     RATE_AGREEMENT = 0.05  # the last two ratios agree to this share: the tail is geometric
     SHORTEN = 0.5  # a step that lowers the ELBO is tried again this much shorter, down to one step d
 
