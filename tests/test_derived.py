@@ -252,10 +252,11 @@ def test_edited_models_elbo_monotone_exact_and_close_to_nuts(name):
     assert np.all(np.diff(trace) >= -1e-9 * np.abs(trace[1:]))
     check = ppl_sbl.check_guide(res, num_particles=4000)
     assert check.passed, check.message
-    mcmc = MCMC(NUTS(model), num_warmup=500, num_samples=1000, progress_bar=False)
+    mcmc = MCMC(NUTS(model), num_warmup=250, num_samples=500, progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), *args, **kwargs)
     w = np.asarray(mcmc.get_samples()["w"])
-    # mean field gets the posterior means of the weights to well within their posterior spread
+    # mean field gets the posterior means of the weights to well within their posterior spread (the
+    # Monte Carlo error of NUTS's means, about 0.05 sd with 500 draws, is a tenth of the bound)
     z = np.abs(np.asarray(res.state.mean["w"]) - w.mean(0)) / w.std(0)
     assert np.max(z) < 0.5, z
 
