@@ -55,8 +55,9 @@ def iris():
 
 def test_cross_validation_and_grid_search_on_iris(iris):
     X, y = iris
-    # tol=1e-6: the one-against-rest fits take some 2000 passes to reach the default 1e-9 and score
-    # the same on every fold at 1e-6; what is checked here is the estimator inside scikit-learn's search
+    # tol=1e-6: the one-against-rest fits take hundreds to thousands of passes to reach the default
+    # 1e-9 and score the same on every fold at 1e-6; what is checked here is the estimator inside
+    # scikit-learn's search
     search = GridSearchCV(RVC(tol=1e-6), {"multi_class": ["multinomial", "ovr"]}, cv=3).fit(X, y)
     assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))
     # every fold of each setting (the folds of cross_val_score(..., cv=3): stratified, unshuffled)
