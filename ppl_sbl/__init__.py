@@ -50,6 +50,7 @@ __all__ = [
     "GPLVMClassifier",
     "SuperSparseClassifier",
     "SuperSparseRegressor",
+    "ELBOSearch",
     "basis",
     "bounds",
     "datasets",
@@ -73,8 +74,12 @@ def __getattr__(name):
         from . import estimators
 
         return getattr(estimators, name)
+    if name == "ELBOSearch":
+        from .model_selection import ELBOSearch
+
+        return ELBOSearch
     raise AttributeError(f"module 'ppl_sbl' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_ESTIMATORS))
+    return sorted(set(globals()) | set(_ESTIMATORS) | {"ELBOSearch"})

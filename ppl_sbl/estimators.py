@@ -135,6 +135,57 @@ class _RVMBase(BaseEstimator):
         self.delta_ = _rbf_width(self.delta, X, "delta") if self.kernel == "rbf" else None
         return self._design(X)
 
+    def fit(self, X, y):
+        compilation_cache()  # JAX's persistent compilation cache, unless the user configured or disabled it
+        X, problems = self._problems(X, y)
+        Phi = self._fit_design(X)
+        self._adopt([self._run(model, Phi, t, **priors) for model, t, priors in problems], X.shape[0])
+        return self
+
+    def fit_candidates(self, X, y, candidates):
+        """Fitted copies of this estimator, one for each dict of parameters in ``candidates``: each
+        ``clone(self).set_params(**params).fit(X, y)``. Where the copies differ only in the RBF
+        width ``delta`` and fit with the fast schedule (kernel "rbf", ``schedule="fast"``,
+        ``prune``, b0 positive or None; RVR, and RVC with two classes or ``multi_class="ovr"``),
+        each model's fits for all the widths run in one compiled program
+        (:func:`ppl_sbl.fit_grid` with ``schedule="fast"``: the same fit as one by one, to rounding);
+        otherwise one after the other. :class:`ppl_sbl.model_selection.ELBOSearch` calls it."""
+        from sklearn.base import clone
+
+        from .batch import fit_grid
+        from .models import rvm
+
+        fitted = [clone(self).set_params(**dict(params)) for params in candidates]
+        if not fitted or not self._one_program(fitted):
+            return [estimator.fit(X, y) for estimator in fitted]
+        compilation_cache()
+        inputs = [estimator._problems(X, y) for estimator in fitted]  # each validates and sets its input attributes
+        X, problems = inputs[0]
+        if any(model not in (rvm.regression, rvm.classification) for model, _, _ in problems):
+            return [estimator.fit(X, y) for estimator in fitted]  # the multinomial RVM: no fast_plan
+        designs = [estimator._fit_design(X) for estimator in fitted]
+        first = fitted[0]
+        grids = [_quiet(fit_grid, model, designs, t, schedule="fast", tol=first.tol, max_sweeps=first.max_sweeps,
+                        **priors) for model, t, priors in problems]
+        for i, estimator in enumerate(fitted):
+            estimator._adopt([grid[i] for grid in grids], X.shape[0])
+        return fitted
+
+    def _one_program(self, fitted):
+        """Whether the copies ``fitted`` differ at most in ``delta`` and fit RBF designs with the
+        fast schedule (:meth:`fit_candidates`)."""
+        def settings(estimator):
+            return {k: v for k, v in estimator.get_params(deep=False).items() if k != "delta"}
+
+        first = settings(fitted[0])
+        plain = (str, numbers.Number, type(None))
+        same = all(set(settings(e)) == set(first) and all(isinstance(v, plain) and isinstance(first[k], plain)
+                                                          and v == first[k] for k, v in settings(e).items())
+                   for e in fitted)
+        b0 = first.get("b0")
+        return (same and first.get("kernel") == "rbf" and first.get("schedule") == "fast" and bool(first.get("prune"))
+                and (b0 is None or b0 > 0))
+
     def _run(self, model, *args, **kwargs):
         cavi = CAVI(model, tol=self.tol, max_sweeps=self.max_sweeps, prune=self.prune, progress_bar=self.progress_bar,
                     schedule=self.schedule)
@@ -219,19 +270,18 @@ class RVR(RegressorMixin, _RVMBase):
         self.progress_bar = progress_bar
         self.schedule = schedule
 
-    def fit(self, X, y):
-        compilation_cache()  # JAX's persistent compilation cache, unless the user configured or disabled it
+    def _problems(self, X, y):
         from .models import rvm
 
         X, y = validate_data(self, X, y, y_numeric=True, dtype=np.float64, ensure_min_samples=2)
-        Phi = self._fit_design(X)
-        self.result_ = self._run(rvm.regression, Phi, y.astype(np.float64), a0=self.a0, b0=self.b0, e0=self.e0,
-                                                       f0=self.f0)
-        self._finish([self.result_], X.shape[0])
-        self._set_linear([self.result_], single=True)
+        return X, [(rvm.regression, y.astype(np.float64), dict(a0=self.a0, b0=self.b0, e0=self.e0, f0=self.f0))]
+
+    def _adopt(self, results, n_train):
+        self.result_ = results[0]
+        self._finish(results, n_train)
+        self._set_linear(results, single=True)
         self.elbo_ = self.result_.elbo
         self.n_iter_ = self.result_.num_sweeps
-        return self
 
     def predict(self, X, return_std=False):
         """The predictive mean; with ``return_std`` also the standard deviation of a new observation."""
@@ -293,32 +343,31 @@ class RVC(ClassifierMixin, _RVMBase):
         self.schedule = schedule
         self.multi_class = multi_class
 
-    def fit(self, X, y):
-        compilation_cache()  # JAX's persistent compilation cache, unless the user configured or disabled it
+    def _problems(self, X, y):
         from .models import rvm
 
         if self.multi_class not in MULTI_CLASS:
             raise ValueError(f"`multi_class` must be one of {MULTI_CLASS}; got {self.multi_class!r}.")
         X, index = _classifier_data(self, X, y)
-        Phi = self._fit_design(X)
+        priors = dict(a0=self.a0, b0=self.b0)
         C = len(self.classes_)
         if C == 2:
-            self.results_ = [self._run(rvm.classification, Phi, index.astype(np.float64), a0=self.a0, b0=self.b0)]
-        elif self.multi_class == "multinomial":
-            self.results_ = [self._run(rvm.multiclass, Phi, index, a0=self.a0, b0=self.b0)]
-        else:
-            self.results_ = [self._run(rvm.classification, Phi, (index == c).astype(np.float64), a0=self.a0,
-                                                                   b0=self.b0) for c in range(C)]
-        single = len(self.results_) == 1
-        self.result_ = self.results_[0] if single else None
-        self._finish(self.results_, X.shape[0])
+            return X, [(rvm.classification, index.astype(np.float64), priors)]
+        if self.multi_class == "multinomial":
+            return X, [(rvm.multiclass, index, priors)]
+        return X, [(rvm.classification, (index == c).astype(np.float64), priors) for c in range(C)]
+
+    def _adopt(self, results, n_train):
+        self.results_ = results
+        single = len(results) == 1
+        self.result_ = results[0] if single else None
+        self._finish(results, n_train)
         if self.kernel == "linear":
-            self._set_linear(self.results_, single=False)
-        elbos = np.array([r.elbo for r in self.results_])
-        sweeps = np.array([r.num_sweeps for r in self.results_])
+            self._set_linear(results, single=False)
+        elbos = np.array([r.elbo for r in results])
+        sweeps = np.array([r.num_sweeps for r in results])
         self.elbo_ = float(elbos[0]) if single else elbos
         self.n_iter_ = int(sweeps[0]) if single else sweeps
-        return self
 
     def predict_proba(self, X):
         """Class probabilities, columns in the order of ``classes_``, with q(w) integrated out."""
