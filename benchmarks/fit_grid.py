@@ -15,11 +15,17 @@ Peers, timed warm in interleaved rounds (:func:`benchmarks.timing.time_peers`):
 - ``grid_threads``: the same with ``threads`` = the CPU count (the default on a CPU): the fits in
   that many groups, each group's program called from its own thread;
 - ``grid_vmapped``: ``fit_grid(..., batch_size=len(widths))``: all fits vmapped (each step runs
-  every branch that some fit takes; ``--skip-vmapped`` leaves it out).
+  every branch that some fit takes; ``--skip-vmapped`` leaves it out);
+- the scikit-learn estimators (``RVR``, ``RVC``; their hyperprior rates on the data's scale, so
+  their ELBOs are not the CAVI peers'): ``estimator_fit``, one ``fit`` at the middle width (the
+  default host schedule); ``estimator_loop``, one ``fit`` per width; ``elbo_search``,
+  ``ELBOSearch(estimator, {"delta": widths}).fit`` (the widths in one compiled program through
+  ``fit_grid``), checked against ``estimator_loop`` (the same ELBOs to 1e-7 relative: the compiled
+  and the host schedule, each to its tolerance 1e-9).
 
 Every grid's fits are checked against the one-by-one fits (the same ELBO to 1e-9 relative, the same
 number of moves). The ratio the issue sets a goal for is a grid's time over ``one_fit``'s: at most
-4 on a CPU with 16 widths.
+4 on a CPU with 16 widths (the estimators' rows: over ``estimator_fit``'s).
 
 Run ``python benchmarks/fit_grid.py`` (``--quick``: the sinc at N = 100 with 4 widths, one round);
 the record goes to ``benchmarks/results/fit_grid_<backend>.json``.
@@ -97,7 +103,24 @@ def main(argv=None):
         def describe_fits(fits, _):
             return {"elbo": [float(f.elbo) for f in fits], "moves": [int(f.num_moves) for f in fits]}
 
+        estimator = (ppl_sbl.RVR if kind == "regression" else ppl_sbl.RVC)
+
+        def estimators(ws):
+            return lambda _: [estimator(delta=w).fit(X, t) for w in ws]
+
+        def search(_):
+            return ppl_sbl.ELBOSearch(estimator(), {"delta": widths}).fit(X, t)
+
+        def describe_estimators(fits, _):
+            return {"elbo": [float(f.elbo_) for f in fits]}
+
+        def describe_search(found, _):
+            return {"elbo": [float(v) for v in found.candidates_["elbo"]]}
+
         peers = {
+            "estimator_fit": Peer(estimators([widths[len(widths) // 2]]), describe_estimators),
+            "estimator_loop": Peer(estimators(widths), describe_estimators),
+            "elbo_search": Peer(search, describe_search),
             "one_fit": Peer(lambda _: [cavi(middle)], describe_fits),
             "one_by_one": Peer(lambda _: [cavi(Phi) for Phi in designs], describe_fits),
             "grid_sequential": Peer(grid(1), describe_fits),
@@ -113,12 +136,18 @@ def main(argv=None):
             if "elbo" in row and "elbo" in reference:
                 row["same_fits_as_one_by_one"] = bool(
                     np.allclose(row["elbo"], reference["elbo"], rtol=1e-9) and row["moves"] == reference["moves"])
+        if "elbo" in rows["elbo_search"] and "elbo" in rows["estimator_loop"]:
+            rows["elbo_search"]["same_fits_as_one_by_one"] = bool(
+                np.allclose(rows["elbo_search"]["elbo"], rows["estimator_loop"]["elbo"], rtol=1e-7))
         one = rows["one_fit"].get("seconds")
+        single = rows["estimator_fit"].get("seconds")
         for name, row in rows.items():
-            if one and row.get("seconds") is not None:
-                row["ratio_to_one_fit"] = row["seconds"] / one
+            base = single if name.startswith(("estimator", "elbo")) else one
+            if base and row.get("seconds") is not None:
+                row["ratio_to_one_fit"] = row["seconds"] / base
             log(f"  {name:16s} {fmt(row.get('seconds'), '.4f')} s  x{fmt(row.get('ratio_to_one_fit'), '.1f')} one fit"
-                f"  first call {fmt(row.get('first_call_seconds'), '.1f')} s"
+                + (" (estimator_fit)" if name.startswith(("estimator", "elbo")) else "")
+                + f"  first call {fmt(row.get('first_call_seconds'), '.1f')} s"
                 + (f"  same fits: {row['same_fits_as_one_by_one']}" if "same_fits_as_one_by_one" in row else ""))
         record["problems"][label] = {"widths": widths, "n": int(X.shape[0]), "peers": rows}
         write_record(record, out, announce=False)

@@ -16,6 +16,7 @@ import numpy as np
 try:
     from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
     from sklearn.model_selection import ParameterGrid
+    from sklearn.pipeline import Pipeline
     from sklearn.utils import get_tags
     from sklearn.utils.metaestimators import available_if
     from sklearn.utils.validation import check_is_fitted
@@ -39,15 +40,17 @@ class ELBOSearch(MetaEstimatorMixin, BaseEstimator):
     Parameters
     ----------
     estimator : an estimator with ``elbo_`` after ``fit`` (:class:`ppl_sbl.RVR`, :class:`ppl_sbl.RVC`,
-        :class:`ppl_sbl.GPLVMClassifier`). With several ELBOs (``RVC(multi_class="ovr")``: one binary
-        model per class) their sum is compared: the log evidence of the independent models together.
+        :class:`ppl_sbl.GPLVMClassifier`), or a ``Pipeline`` that ends with one. With several ELBOs
+        (``RVC(multi_class="ovr")``: one binary model per class) their sum is compared: the log
+        evidence of the independent models together.
     param_grid : a dict of parameter names to lists of values, or a list of such dicts
         (scikit-learn's ``ParameterGrid``), e.g. ``{"delta": np.geomspace(0.01, 10, 16)}``.
 
     The estimator's ``fit_candidates(X, y, candidates)`` fits the settings where it has one:
     :class:`ppl_sbl.RVR` and :class:`ppl_sbl.RVC` run the fast schedule of all the RBF widths of a
-    grid over ``delta`` in one compiled program (:func:`ppl_sbl.fit_grid`); other searches fit the
-    settings one after the other.
+    grid over ``delta`` in one compiled program (:func:`ppl_sbl.fit_grid`); so do pipelines that
+    end with one, where the grid sets only the last step's parameters (``{"rvc__delta": ...}``:
+    the steps before it are fitted once). Other searches fit the settings one after the other.
 
     Attributes
     ----------
@@ -74,16 +77,13 @@ class ELBOSearch(MetaEstimatorMixin, BaseEstimator):
         if not candidates:
             raise ValueError("`param_grid` holds no setting; give a dict of parameter names to lists of values.")
         start = time.perf_counter()
-        if hasattr(self.estimator, "fit_candidates"):
-            fitted = self.estimator.fit_candidates(X, y, candidates)
-        else:
-            fitted = [clone(self.estimator).set_params(**params).fit(X, y) for params in candidates]
+        fitted = _fit_candidates(self.estimator, X, y, candidates)
         self.seconds_ = time.perf_counter() - start
-        if not hasattr(fitted[0], "elbo_"):
+        if not hasattr(_final(fitted[0]), "elbo_"):
             raise TypeError(f"ELBOSearch compares fits by their `elbo_`, which {type(self.estimator).__name__} does "
                             "not have after fit; use an estimator with an ELBO (RVR, RVC, GPLVMClassifier) or "
                             "sklearn.model_selection.GridSearchCV.")
-        elbos = np.array([float(np.sum(estimator.elbo_)) for estimator in fitted])
+        elbos = np.array([float(np.sum(_final(estimator).elbo_)) for estimator in fitted])
         if not np.any(np.isfinite(elbos)):
             raise FloatingPointError(f"no setting has a finite ELBO ({elbos.tolist()}); check the inputs' scale and "
                                      "the grid.")
@@ -93,9 +93,9 @@ class ELBOSearch(MetaEstimatorMixin, BaseEstimator):
         table = pd.DataFrame([{f"param_{name}": value for name, value in params.items()} for params in candidates])
         table["elbo"] = elbos
         table["rank"] = rank
-        table["converged"] = [bool(np.all(_converged(estimator))) for estimator in fitted]
-        if hasattr(fitted[0], "n_relevance_vectors_"):
-            table["n_relevance_vectors"] = [estimator.n_relevance_vectors_ for estimator in fitted]
+        table["converged"] = [bool(np.all(_converged(_final(estimator)))) for estimator in fitted]
+        if hasattr(_final(fitted[0]), "n_relevance_vectors_"):
+            table["n_relevance_vectors"] = [_final(estimator).n_relevance_vectors_ for estimator in fitted]
         self.candidates_ = table
         self.best_index_ = int(order[0])
         self.best_params_ = candidates[self.best_index_]
@@ -139,6 +139,30 @@ class ELBOSearch(MetaEstimatorMixin, BaseEstimator):
         tags.regressor_tags = copy.deepcopy(inner.regressor_tags)
         tags.input_tags.pairwise = inner.input_tags.pairwise
         return tags
+
+
+def _final(estimator):
+    """The estimator that holds the fit: the last step of a pipeline, else the estimator."""
+    return _final(estimator.steps[-1][1]) if isinstance(estimator, Pipeline) else estimator
+
+
+def _fit_candidates(estimator, X, y, candidates):
+    """The estimator fitted with each setting: through its ``fit_candidates`` where it has one (a
+    pipeline's last step, where the settings are all of that step: the steps before it fitted once
+    and shared), else one after the other."""
+    if isinstance(estimator, Pipeline) and len(estimator.steps) > 1:
+        name, last = estimator.steps[-1]
+        prefix = name + "__"
+        if hasattr(last, "fit_candidates") and all(key.startswith(prefix) for c in candidates for key in c):
+            head = Pipeline(clone(estimator).steps[:-1], memory=estimator.memory)
+            Xt = head.fit_transform(X, y)
+            finals = last.fit_candidates(Xt, y, [{key[len(prefix):]: value for key, value in c.items()}
+                                                 for c in candidates])
+            return [Pipeline(head.steps + [(name, final)], memory=estimator.memory, verbose=estimator.verbose)
+                    for final in finals]
+    if hasattr(estimator, "fit_candidates"):
+        return estimator.fit_candidates(X, y, candidates)
+    return [clone(estimator).set_params(**params).fit(X, y) for params in candidates]
 
 
 def _converged(estimator):

@@ -7,6 +7,8 @@ pytest.importorskip("sklearn")
 from sklearn.base import clone, is_classifier, is_regressor  # noqa: E402
 from sklearn.datasets import load_iris, make_blobs, make_moons  # noqa: E402
 from sklearn.model_selection import cross_val_score  # noqa: E402
+from sklearn.pipeline import make_pipeline  # noqa: E402
+from sklearn.preprocessing import StandardScaler  # noqa: E402
 
 import ppl_sbl  # noqa: E402
 from ppl_sbl import batch  # noqa: E402
@@ -47,13 +49,14 @@ def _check_against_one_by_one(search, estimator, X, y, rtol):
     largest; the search predicts as the best setting's own fit."""
     singles = [clone(estimator).set_params(**params).fit(X, y) for params in search.candidates_.filter(like="param_")
                .rename(columns=lambda c: c[len("param_"):]).to_dict("records")]
-    elbos = np.array([np.sum(s.elbo_) for s in singles])
+    elbos = np.array([np.sum((s.steps[-1][1] if hasattr(s, "steps") else s).elbo_) for s in singles])
     np.testing.assert_allclose(search.candidates_["elbo"], elbos, rtol=rtol)
     assert search.best_index_ == int(np.argmax(elbos))
     assert search.best_score_ == pytest.approx(elbos.max(), rel=rtol)
     assert list(search.candidates_["rank"]) == list(np.argsort(np.argsort(-elbos)) + 1)
     best = singles[search.best_index_]
-    np.testing.assert_array_equal(search.best_estimator_.relevance_, best.relevance_)
+    final = (lambda e: e.steps[-1][1]) if hasattr(estimator, "steps") else (lambda e: e)
+    np.testing.assert_array_equal(final(search.best_estimator_).relevance_, final(best).relevance_)
     if is_classifier(estimator):
         np.testing.assert_allclose(search.predict_proba(X), best.predict_proba(X), atol=1e-6)
         np.testing.assert_array_equal(search.classes_, best.classes_)
@@ -79,6 +82,17 @@ def test_width_grid_runs_in_one_program_and_equals_the_fits_one_by_one(case, gri
     assert list(search.candidates_["param_delta"]) == list(DELTAS)
     assert search.candidates_["converged"].all()
     assert search.n_features_in_ == X.shape[1]
+
+
+def test_a_pipeline_fits_its_steps_before_the_model_once(grid_calls):
+    X, y = make_moons(40, noise=0.3, random_state=0)
+    X = X * [1.0, 100.0]
+    pipeline = make_pipeline(StandardScaler(), RVC())
+    search = ELBOSearch(pipeline, {"rvc__delta": list(DELTAS)}).fit(X, y)
+    assert grid_calls == [("classification", len(DELTAS), "fast")]
+    _check_against_one_by_one(search, pipeline, X, y, rtol=1e-7)
+    assert list(search.candidates_["param_rvc__delta"]) == list(DELTAS)
+    np.testing.assert_allclose(search.best_estimator_[0].mean_, X.mean(0))
 
 
 def test_other_grids_fit_one_by_one(grid_calls):
