@@ -136,6 +136,7 @@ class _RVMBase(BaseEstimator):
         return self._design(X)
 
     def fit(self, X, y):
+        """Fit the model (one per class against the rest with ``multi_class="ovr"``) to (X, y)."""
         compilation_cache()  # JAX's persistent compilation cache, unless the user configured or disabled it
         X, problems = self._problems(X, y)
         Phi = self._fit_design(X)
@@ -148,8 +149,9 @@ class _RVMBase(BaseEstimator):
         width ``delta`` and fit with the fast schedule (kernel "rbf", ``schedule="fast"``,
         ``prune``, b0 positive or None; RVR, and RVC with two classes or ``multi_class="ovr"``),
         each model's fits for all the widths run in one compiled program
-        (:func:`ppl_sbl.fit_grid` with ``schedule="fast"``: the same fit as one by one, to rounding);
-        otherwise one after the other. :class:`ppl_sbl.model_selection.ELBOSearch` calls it."""
+        (:func:`ppl_sbl.fit_grid` with ``schedule="fast"``: the same fit as one by one, to rounding;
+        no progress bar); otherwise one after the other. :class:`ppl_sbl.model_selection.ELBOSearch`
+        calls it."""
         from sklearn.base import clone
 
         from .batch import fit_grid
@@ -160,15 +162,15 @@ class _RVMBase(BaseEstimator):
             return [estimator.fit(X, y) for estimator in fitted]
         compilation_cache()
         inputs = [estimator._problems(X, y) for estimator in fitted]  # each validates and sets its input attributes
-        X, problems = inputs[0]
+        valid, problems = inputs[0]
         if any(model not in (rvm.regression, rvm.classification) for model, _, _ in problems):
             return [estimator.fit(X, y) for estimator in fitted]  # the multinomial RVM: no fast_plan
-        designs = [estimator._fit_design(X) for estimator in fitted]
+        designs = [estimator._fit_design(valid) for estimator in fitted]
         first = fitted[0]
         grids = [_quiet(fit_grid, model, designs, t, schedule="fast", tol=first.tol, max_sweeps=first.max_sweeps,
                         **priors) for model, t, priors in problems]
         for i, estimator in enumerate(fitted):
-            estimator._adopt([grid[i] for grid in grids], X.shape[0])
+            estimator._adopt([grid[i] for grid in grids], valid.shape[0])
         return fitted
 
     def _one_program(self, fitted):

@@ -71,6 +71,7 @@ class ELBOSearch(MetaEstimatorMixin, BaseEstimator):
         self.param_grid = param_grid
 
     def fit(self, X, y):
+        """Fit every setting of the grid to (X, y) and keep the one with the highest ELBO."""
         import pandas as pd
 
         candidates = list(ParameterGrid(self.param_grid))

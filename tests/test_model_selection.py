@@ -105,10 +105,14 @@ def test_other_grids_fit_one_by_one(grid_calls):
 
 
 def test_the_multinomial_rvc_fits_one_by_one(grid_calls):
+    import pandas as pd
+
     X, y = _iris(step=5)
+    X = pd.DataFrame(X, columns=["sepal length", "sepal width", "petal length", "petal width"])
     search = ELBOSearch(RVC(), {"delta": [0.1, 1.0]}).fit(X, y)
     assert grid_calls == []  # the multinomial RVM has no compiled fast schedule
     _check_against_one_by_one(search, RVC(), X, y, rtol=1e-12)
+    assert list(search.feature_names_in_) == list(X.columns)
 
 
 def test_it_is_a_scikit_learn_meta_estimator():
