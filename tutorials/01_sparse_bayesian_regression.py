@@ -490,10 +490,10 @@ plt.show()
 
 # %% [markdown]
 # Read the two panels together. Widths that are too wide (small $\delta$) cannot bend with the
-# sinc: the ELBO rules them out by tens to hundreds of nats, and their test error is several times
+# sinc: the ELBO rules them out by tens of nats or more, and their test error is several times
 # the best. Over the widths that fit, the ELBO is nearly flat (a few to tens of nats from end to
 # end) and its maximum leans towards narrow RBFs with more relevance vectors, whose test error is
-# somewhat above the lowest: under the vague hyperprior the bound's Occam factor for extra basis
+# clearly above the lowest: under the vague hyperprior the bound's Occam factor for extra basis
 # functions is weak. The ELBO is a bound on the evidence, not the evidence, and the evidence
 # answers "which width explains these training data", not "which width predicts best". The gap
 # between the chosen width and the best one is printed above; exercise 7 asks how it behaves with
