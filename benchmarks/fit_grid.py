@@ -103,13 +103,13 @@ def main(argv=None):
         def describe_fits(fits, _):
             return {"elbo": [float(f.elbo) for f in fits], "moves": [int(f.num_moves) for f in fits]}
 
-        estimator = (ppl_sbl.RVR if kind == "regression" else ppl_sbl.RVC)
+        Estimator = ppl_sbl.RVR if kind == "regression" else ppl_sbl.RVC
 
         def estimators(ws):
-            return lambda _: [estimator(delta=w).fit(X, t) for w in ws]
+            return lambda _: [Estimator(delta=w).fit(X, t) for w in ws]
 
         def search(_):
-            return ppl_sbl.ELBOSearch(estimator(), {"delta": widths}).fit(X, t)
+            return ppl_sbl.ELBOSearch(Estimator(), {"delta": widths}).fit(X, t)
 
         def describe_estimators(fits, _):
             return {"elbo": [float(f.elbo_) for f in fits]}

@@ -157,8 +157,9 @@ class _RVMBase(BaseEstimator):
         from .batch import fit_grid
         from .models import rvm
 
-        fitted = [clone(self).set_params(**dict(params)) for params in candidates]
-        if not fitted or not self._one_program(fitted):
+        candidates = [dict(params) for params in candidates]
+        fitted = [clone(self).set_params(**params) for params in candidates]
+        if not fitted or not self._one_program(candidates):
             return [estimator.fit(X, y) for estimator in fitted]
         compilation_cache()
         inputs = [estimator._problems(X, y) for estimator in fitted]  # each validates and sets its input attributes
@@ -173,20 +174,12 @@ class _RVMBase(BaseEstimator):
             estimator._adopt([grid[i] for grid in grids], valid.shape[0])
         return fitted
 
-    def _one_program(self, fitted):
-        """Whether the copies ``fitted`` differ at most in ``delta`` and fit RBF designs with the
-        fast schedule (:meth:`fit_candidates`)."""
-        def settings(estimator):
-            return {k: v for k, v in estimator.get_params(deep=False).items() if k != "delta"}
-
-        first = settings(fitted[0])
-        plain = (str, numbers.Number, type(None))
-        same = all(set(settings(e)) == set(first) and all(isinstance(v, plain) and isinstance(first[k], plain)
-                                                          and v == first[k] for k, v in settings(e).items())
-                   for e in fitted)
-        b0 = first.get("b0")
-        return (same and first.get("kernel") == "rbf" and first.get("schedule") == "fast" and bool(first.get("prune"))
-                and (b0 is None or b0 > 0))
+    def _one_program(self, candidates):
+        """Whether the settings ``candidates`` set at most ``delta`` of this estimator, whose RBF
+        designs fit with the fast schedule (:meth:`fit_candidates`)."""
+        return (all(set(params) <= {"delta"} for params in candidates) and self.kernel == "rbf"
+                and self.schedule == "fast" and bool(self.prune)
+                and (self.b0 is None or (isinstance(self.b0, numbers.Real) and self.b0 > 0)))
 
     def _run(self, model, *args, **kwargs):
         cavi = CAVI(model, tol=self.tol, max_sweeps=self.max_sweeps, prune=self.prune, progress_bar=self.progress_bar,
