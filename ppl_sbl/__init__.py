@@ -15,7 +15,7 @@ from .arviz import ComparisonWarning, compare, plot_elbo_trace, plot_grid_releva
 from .derived import NotConjugateError, derived_guide  # noqa: E402
 from .diagnostics import GuideCheck, check_guide  # noqa: E402
 from .guide import ClosedFormGuide, closed_form_guide  # noqa: E402
-from ._cache import compilation_cache, quick_compile_flags  # noqa: E402
+from ._cache import compilation_cache, quick_compile_flags, short_locations  # noqa: E402
 from .batch import fit_grid  # noqa: E402
 from .inference import CAVI, CAVIResult, fit  # noqa: E402
 from .result import FitResult  # noqa: E402
@@ -32,6 +32,7 @@ __all__ = [
     "fit_grid",
     "compilation_cache",
     "quick_compile_flags",
+    "short_locations",
     "load",
     "LoadError",
     "ConvergenceWarning",

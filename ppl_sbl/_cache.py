@@ -111,3 +111,27 @@ def quick_compile_flags(optimize=True):
         return None
     os.environ["XLA_FLAGS"] = " ".join([current, *added]).strip()
     return os.environ["XLA_FLAGS"]
+
+
+#: The environment variable of JAX's option ``jax_include_full_tracebacks_in_locations``; where it is
+#: set, :func:`short_locations` leaves the option as the user chose it.
+LOCATIONS_VARIABLE = "JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS"
+
+
+def short_locations():
+    """Sets JAX's ``jax_include_full_tracebacks_in_locations`` to False: every operation of a
+    program JAX lowers to MLIR then carries the one frame of user code that made it, as its
+    location, instead of the whole Python traceback (up to ``jax_traceback_in_locations_limit``
+    frames), which JAX converts and XLA carries through compilation for each operation. Programs
+    lower and compile faster and compute the same; XLA's messages and dumps name one source line
+    per operation. The command line calls it at start; the test suite sets the environment
+    variable.
+
+    Leaves the option as it is, and returns False, where the environment variable
+    :data:`LOCATIONS_VARIABLE` is set (JAX has read the user's choice); returns True otherwise."""
+    import jax
+
+    if os.environ.get(LOCATIONS_VARIABLE) is not None:
+        return False
+    jax.config.update("jax_include_full_tracebacks_in_locations", False)
+    return True

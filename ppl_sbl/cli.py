@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from ._cache import compilation_cache, quick_compile_flags
+from ._cache import compilation_cache, quick_compile_flags, short_locations
 
 __all__ = ["main"]
 
@@ -409,6 +409,7 @@ def main(argv=None):
     # ArviZ's notice of its coming 1.0 API is addressed to its own users, not to this job's readers
     warnings.filterwarnings("ignore", message="\nArviZ is undergoing a major refactor", category=FutureWarning)
     quick_compile_flags()  # XLA's CPU options that compile this job's programs faster
+    short_locations()  # one source frame per operation in the programs' locations: faster compiles
     compilation_cache()  # JAX's persistent compilation cache (off with PPL_SBL_NO_COMPILATION_CACHE=1)
     from threadpoolctl import threadpool_limits
 

@@ -5,6 +5,11 @@ import os
 # OpenBLAS; inherited by the tutorial and script subprocesses the tests start.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+# JAX's MLIR locations with the one frame of user code per operation, not its whole traceback
+# (ppl_sbl.short_locations, which the command line calls): the workers and every subprocess lower
+# and compile each program faster; set before JAX is imported, which reads it once
+os.environ.setdefault("JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS", "0")
+
 # JAX's persistent compilation cache for the whole run (ppl_sbl.compilation_cache: a folder under
 # the user's cache directory, or JAX_COMPILATION_CACHE_DIR where set; off with
 # PPL_SBL_NO_COMPILATION_CACHE=1), shared by both workers and, through the environment, by every

@@ -164,3 +164,53 @@ def test_the_flags_compile_the_same_fit(ours, default, emitters, classification)
         assert int(a[1]) == int(b[1]) > 5
         np.testing.assert_allclose(a[0], b[0], rtol=1e-12)
         np.testing.assert_allclose(a[2], b[2], rtol=1e-9, atol=1e-12)
+
+
+@pytest.fixture
+def full_locations(monkeypatch):
+    """JAX as a user's process starts: whole tracebacks in the programs' locations, the
+    environment variable unset; the tests' setting is put back afterwards."""
+    before = jax.config.jax_include_full_tracebacks_in_locations
+    monkeypatch.delenv("JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS", raising=False)
+    jax.config.update("jax_include_full_tracebacks_in_locations", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_include_full_tracebacks_in_locations", before)
+
+
+def test_cli_gives_each_operation_one_source_frame(unconfigured_jax, full_locations):
+    assert run_cli(*BAD_ARGUMENTS).returncode == 2
+    assert jax.config.jax_include_full_tracebacks_in_locations is False
+
+
+def test_short_locations_keep_the_users_choice(full_locations, monkeypatch):
+    from ppl_sbl import short_locations
+
+    monkeypatch.setenv("JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS", "1")
+    assert short_locations() is False
+    assert jax.config.jax_include_full_tracebacks_in_locations is True
+    monkeypatch.delenv("JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS")
+    assert short_locations() is True
+    assert jax.config.jax_include_full_tracebacks_in_locations is False
+
+
+def test_short_locations_lower_the_same_program(full_locations):
+    """A whole CAVI fit lowered with whole tracebacks and with one frame per operation: the same
+    program once the locations are left out, and shorter locations with the option."""
+    from ppl_sbl import engine, short_locations
+
+    g, args = _fit_problems(False)[0]
+    data = engine.strong(g.prepare(*args))
+
+    def program():  # a new function for each lowering: JAX keeps lowerings by function
+        def fit(data):
+            state, elbo, sweeps, _ = engine.fit(g, data, max_sweeps=300)
+            return elbo, sweeps, state.w.mean
+        return jax.jit(fit)
+
+    full = program().lower(data)
+    short_locations()
+    short = program().lower(data)
+    assert short.as_text(debug_info=False) == full.as_text(debug_info=False)
+    assert len(short.as_text(debug_info=True)) < len(full.as_text(debug_info=True))
