@@ -407,8 +407,9 @@ def test_rvr_rmse_on_sinc_at_most_sklearn_ard():
     np.testing.assert_array_equal(ours.relevance_, np.flatnonzero(ours.result_.relevant[1:]))
     np.testing.assert_array_equal(ours.relevance_vectors_, d.X_train[ours.relevance_])
     assert 2 <= len(ours.relevance_) <= 12
-    # the sweep to tol 1e-7: its predictions are then within about 0.01 of its own fixed point's
-    sweep = ppl_sbl.RVR(delta=5.55, progress_bar=False, schedule="sweep", tol=1e-7).fit(d.X_train, d.t_train)
+    # the sweep to tol 1e-8, short of the vague hyperpriors' slow tail to 1e-9: its predictions are
+    # as close to the fast fit's (RMS 0.0025, against 0.0026 at 1e-9 and the bound 0.016)
+    sweep = ppl_sbl.RVR(delta=5.55, progress_bar=False, schedule="sweep", tol=1e-8).fit(d.X_train, d.t_train)
     assert sweep.result_.schedule == "sweep"
     gap = np.sqrt(np.mean((ours.predict(d.X_test) - sweep.predict(d.X_test)) ** 2))
     assert gap < 0.5 * rmse  # two fits of one model agree far better than either fits the truth
