@@ -19,7 +19,7 @@ from ppl_sbl.estimators import GPLVMClassifier, RVC, RVR, SuperSparseClassifier,
 
 # tol=1e-4 for the RVMs (as max_steps for the others): the checks are of the scikit-learn API, and
 # on some of their data sets the fast schedule takes thousands of passes to reach the default 1e-9
-# (RVR on the regression checks' 200 x 10 set: 9112 passes; 3790 at 1e-6)
+# (RVR on the regression checks' 200 x 10 set: 9112 passes)
 ESTIMATORS = [
     RVR(tol=1e-4),
     RVR(kernel="precomputed", tol=1e-4),
