@@ -49,13 +49,13 @@ def _check_against_one_by_one(search, estimator, X, y, rtol):
     largest; the search predicts as the best setting's own fit."""
     singles = [clone(estimator).set_params(**params).fit(X, y) for params in search.candidates_.filter(like="param_")
                .rename(columns=lambda c: c[len("param_"):]).to_dict("records")]
-    elbos = np.array([np.sum((s.steps[-1][1] if hasattr(s, "steps") else s).elbo_) for s in singles])
+    final = (lambda e: e.steps[-1][1]) if hasattr(estimator, "steps") else (lambda e: e)  # the step with the fit
+    elbos = np.array([np.sum(final(s).elbo_) for s in singles])
     np.testing.assert_allclose(search.candidates_["elbo"], elbos, rtol=rtol)
     assert search.best_index_ == int(np.argmax(elbos))
     assert search.best_score_ == pytest.approx(elbos.max(), rel=rtol)
     assert list(search.candidates_["rank"]) == list(np.argsort(np.argsort(-elbos)) + 1)
     best = singles[search.best_index_]
-    final = (lambda e: e.steps[-1][1]) if hasattr(estimator, "steps") else (lambda e: e)
     np.testing.assert_array_equal(final(search.best_estimator_).relevance_, final(best).relevance_)
     if is_classifier(estimator):
         np.testing.assert_allclose(search.predict_proba(X), best.predict_proba(X), atol=1e-6)
