@@ -384,9 +384,8 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     buffer (default 4 M + 256 rounded up to a power of two), taken off to the host whenever it
     fills."""
     kind, data, (N, M) = _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact)
-    data = jax.device_put(data)
     cap, length = _lengths(M, capacity, trace_length)
-    st, buf = jax.device_put(_start(data, CF.host_state(factor, kind, N, *data.Phi.shape), cap, length))
+    st, buf = _start(data, CF.host_state(factor, kind, N, *data.Phi.shape), cap, length)
     values, events = [], []  # the trace's entries taken off the buffer when it filled
 
     def take_off(buf, length):
