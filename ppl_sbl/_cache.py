@@ -84,6 +84,14 @@ def takes_quick_compile_flags():
 #: faster and the program runs slower; the same arithmetic (``tests/test_compilation_cache.py``).
 UNOPTIMIZED_FLAG = "--xla_backend_optimization_level=0"
 
+#: The other flag :func:`quick_compile_flags` adds with ``optimize=False``: XLA writes each
+#: program's machine code as one LLVM module on the compiling thread instead of splitting it into
+#: modules that its threads compile in parallel (any jaxlib from 0.10.2 takes it, on every
+#: backend): where every core already runs a compiling process (a test suite on one worker per
+#: core), the split and its threads only add work. The same arithmetic
+#: (``tests/test_compilation_cache.py``).
+SERIAL_CODEGEN_FLAG = "--xla_cpu_parallel_codegen_split_count=1"
+
 
 def quick_compile_flags(optimize=True):
     """Adds :data:`XLA_CPU_FLAGS` to the ``XLA_FLAGS`` environment variable (which XLA reads when
@@ -91,9 +99,10 @@ def quick_compile_flags(optimize=True):
     returns the variable's new value. Call it at the start of a script, before its first JAX
     computation: a process that has run one keeps the flags it started with.
 
-    ``optimize=False`` also adds :data:`UNOPTIMIZED_FLAG`, for runs of many small problems each
-    compiled once (a test suite), where compiling is most of the time; the test suite starts with
-    it, the command line does not.
+    ``optimize=False`` also adds :data:`UNOPTIMIZED_FLAG` and :data:`SERIAL_CODEGEN_FLAG`, for runs
+    of many small problems each compiled once in several processes (a test suite on its workers),
+    where compiling is most of the time; the test suite starts with them, the command line does
+    not.
 
     A flag the variable names already is not added (the user's choice stays:
     ``XLA_FLAGS=--xla_cpu_use_fusion_emitters=true`` keeps XLA's default emitters), nor are
@@ -103,7 +112,8 @@ def quick_compile_flags(optimize=True):
     def option(flag):  # "--name=value" -> "name"
         return flag.split("=")[0].lstrip("-")
 
-    flags = [*(XLA_CPU_FLAGS if takes_quick_compile_flags() else ()), *(() if optimize else (UNOPTIMIZED_FLAG,))]
+    flags = [*(XLA_CPU_FLAGS if takes_quick_compile_flags() else ()),
+             *(() if optimize else (UNOPTIMIZED_FLAG, SERIAL_CODEGEN_FLAG))]
     current = os.environ.get("XLA_FLAGS", "")
     named = {option(f) for f in current.split()}
     added = [flag for flag in flags if option(flag) not in named]

@@ -25,8 +25,9 @@ if _CACHE_ON:
 
 # XLA's options that compile ppl-sbl's programs faster (most of the suite's time is compiling, and
 # its problems are small), for the workers and, through the environment, every subprocess: the loop
-# emitters on CPU and LLVM unoptimised (the same arithmetic: test_compilation_cache.py compiles one
-# fit both ways); set before JAX starts its backend (importing ppl_sbl runs no computation)
+# emitters on CPU, LLVM unoptimised and each program's machine code written on the compiling thread
+# (the same arithmetic: test_compilation_cache.py compiles one fit both ways); set before JAX
+# starts its backend (importing ppl_sbl runs no computation)
 from ppl_sbl import quick_compile_flags  # noqa: E402
 
 quick_compile_flags(optimize=False)

@@ -77,25 +77,31 @@ def test_quick_compile_flags_add_the_loop_emitters_and_keep_the_users_choice(mon
     assert quick_compile_flags() is None and "XLA_FLAGS" not in os.environ
 
 
-def test_unoptimized_flag_is_added_for_any_jaxlib_and_keeps_the_users_level(monkeypatch):
+def test_unoptimized_and_serial_flags_are_added_for_any_jaxlib_and_keep_the_users_choice(monkeypatch):
     from ppl_sbl import _cache, quick_compile_flags
 
+    serial = "--xla_cpu_parallel_codegen_split_count=1"
     monkeypatch.setattr(_cache, "takes_quick_compile_flags", lambda: True)
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     assert quick_compile_flags(optimize=False) == ("--xla_cpu_use_fusion_emitters=false "
-                                                  "--xla_backend_optimization_level=0")
+                                                  f"--xla_backend_optimization_level=0 {serial}")
     assert quick_compile_flags(optimize=False) is None
-    # the emitters named by the user: only the level is added
+    # the emitters named by the user: the level and the serial code generation are added
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=true")
     assert quick_compile_flags(optimize=False) == ("--xla_cpu_use_fusion_emitters=true "
-                                                  "--xla_backend_optimization_level=0")
-    # a level named by the user stays
-    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=3")
-    assert quick_compile_flags(optimize=False) == "--xla_backend_optimization_level=3 --xla_cpu_use_fusion_emitters=false"
-    # a jaxlib without the emitters' flag still takes the level
+                                                  f"--xla_backend_optimization_level=0 {serial}")
+    # a level and a split named by the user stay
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=3 --xla_cpu_parallel_codegen_split_count=8")
+    assert quick_compile_flags(optimize=False) == ("--xla_backend_optimization_level=3 "
+                                                  "--xla_cpu_parallel_codegen_split_count=8 "
+                                                  "--xla_cpu_use_fusion_emitters=false")
+    # a jaxlib without the emitters' flag still takes the level and the serial code generation
     monkeypatch.delenv("XLA_FLAGS")
     monkeypatch.setattr(_cache, "takes_quick_compile_flags", lambda: False)
-    assert quick_compile_flags(optimize=False) == "--xla_backend_optimization_level=0"
+    assert quick_compile_flags(optimize=False) == f"--xla_backend_optimization_level=0 {serial}"
+    # the command line's flags (optimize=True) have neither
+    monkeypatch.delenv("XLA_FLAGS")
+    assert quick_compile_flags() is None and "XLA_FLAGS" not in os.environ
 
 
 @pytest.mark.parametrize("jaxlib, takes", [("0.10.2", True), ("0.11.0", True), ("0.11.1", False), ("0.12.1", False),
@@ -141,7 +147,9 @@ def _fit_problems(classification):
     ({"xla_backend_optimization_level": 0}, {"xla_backend_optimization_level": 3}, False, True),
     # the loop emitters (the tests' and the command line's) against XLA's default fusion emitters
     ({"xla_cpu_use_fusion_emitters": False}, {"xla_cpu_use_fusion_emitters": True}, True, False),
-], ids=["level", "emitters"])
+    # the tests' machine code in one module against XLA's default split for parallel code generation
+    ({"xla_cpu_parallel_codegen_split_count": 1}, {}, False, True),
+], ids=["level", "emitters", "serial"])
 def test_the_flags_compile_the_same_fit(ours, default, emitters, classification):
     """A whole CAVI fit (ppl_sbl.engine.fit, one program) compiled with the tests' option and with
     XLA's default gives the same number of sweeps, ELBO and posterior to rounding: the options
