@@ -131,13 +131,19 @@ def initial_state(guide, data):
         return guide.init(data)
 
 
-def array_inputs(args, kwargs):
-    """(arrays, rebuild, static) of a call's arguments: the array leaves of (args, kwargs), a
-    function that puts arrays of the same shapes back in their places, and a hashable key of
-    everything else (the tree and its other leaves: strings, numbers). A program compiled with
-    ``arrays`` as inputs serves every call with the same ``static`` and shapes."""
+def array_inputs(args, kwargs, numbers=True):
+    """(arrays, rebuild, static) of a call's arguments: the array leaves of (args, kwargs) and, with
+    ``numbers``, its floating-point numbers (Python floats and NumPy floating scalars: a prior's
+    b0, a likelihood's nu), a function that puts values of the same shapes back in their places,
+    and a hashable key of everything else (the tree and its other leaves: strings, integers,
+    booleans, and the numbers without ``numbers``). A program compiled with ``arrays`` as inputs
+    serves every call with the same ``static`` and shapes: with ``numbers``, every value of a
+    hyperparameter. A function that uses a number as a Python value (in an ``if``, as a size)
+    does not trace with it as an input; such callers try again without ``numbers``."""
     leaves, tree = jax.tree.flatten((args, kwargs))
-    is_array = tuple(isinstance(leaf, (np.ndarray, jax.Array)) for leaf in leaves)
+    is_array = tuple(isinstance(leaf, (np.ndarray, jax.Array))
+                     or (numbers and isinstance(leaf, (float, np.floating)) and not isinstance(leaf, bool))
+                     for leaf in leaves)
     arrays = [leaf for leaf, a in zip(leaves, is_array) if a]
     others = tuple(leaf for leaf, a in zip(leaves, is_array) if not a)
 
@@ -155,23 +161,27 @@ def array_inputs(args, kwargs):
 
 def call_compiled(compiled, name, fn, inputs, args, kwargs, fallback):
     """``fn(*inputs, *args, **kwargs)`` in one program whose inputs are ``inputs`` and the array
-    leaves of (args, kwargs) (:func:`array_inputs`): ``compiled((name, static), program)`` makes or
-    finds it, so a caller that keeps programs by key (:meth:`ppl_sbl.ClosedFormGuide.compiled`)
-    serves every call with the same static arguments and shapes with one program. ``fallback()``
+    leaves and numbers of (args, kwargs) (:func:`array_inputs`): ``compiled((name, static),
+    program)`` makes or finds it, so a caller that keeps programs by key
+    (:meth:`ppl_sbl.ClosedFormGuide.compiled`) serves every call with the same static arguments
+    and shapes with one program, whatever the values of the numbers. Where ``fn`` does not trace
+    with the numbers as inputs, they are constants of the program (one per value); ``fallback()``
     (op by op) answers where the arguments have no static key or ``fn`` does not trace with array
     inputs (it needs concrete values)."""
-    arrays, rebuild, static = array_inputs(args, kwargs)
-    if static is None:
-        return fallback()
+    for numbers in (True, False):
+        arrays, rebuild, static = array_inputs(args, kwargs, numbers)
+        if static is None:
+            break
 
-    def program(inputs, arrays):
-        args, kwargs = rebuild(arrays)
-        return fn(*inputs, *args, **kwargs)
+        def program(inputs, arrays, rebuild=rebuild):
+            args, kwargs = rebuild(arrays)
+            return fn(*inputs, *args, **kwargs)
 
-    try:
-        return compiled((name, static), program)(inputs, arrays)
-    except Exception:  # does not trace with array inputs: op by op
-        return fallback()
+        try:
+            return compiled((name, static), program)(inputs, arrays)
+        except Exception:  # does not trace with these inputs: the numbers as constants, else op by op
+            continue
+    return fallback()
 
 
 COMPACT_MIN = 32  # the fewest slots a pruned state is compacted into: below this the sweeps cost less

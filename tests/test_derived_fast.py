@@ -2,6 +2,7 @@
 against the shipped factors of :mod:`ppl_sbl.fast_ard`, derived fast fits against the shipped fast
 fits, the restricted family's ELBO against the derived guide's own and NumPyro's Monte Carlo ELBO,
 and fits of edited models (never a falling ELBO)."""
+import math
 import types
 
 import jax
@@ -125,6 +126,89 @@ def test_one_compiled_program_serves_every_design_of_a_shape():
     np.testing.assert_allclose(mean, new @ np.asarray(q.mean["w"]), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(var, np.sum((new @ cov) * new, 1) + np.asarray(q.rate["gamma"] / q.shape["gamma"]),
                                rtol=1e-10)
+
+
+class _Compiles:
+    """The XLA programs compiled inside the block (backend compilations)."""
+
+    def __enter__(self):
+        self.durations = []
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+        return self
+
+    def _listen(self, event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            self.durations.append(duration)
+
+    def __exit__(self, *exc):
+        jax.monitoring.unregister_event_duration_listener(self._listen)
+
+
+def test_a_new_value_of_a_hyperparameter_compiles_nothing():
+    """A number among the model's arguments (the prior rates b0 and f0) is an input of the derived
+    guide's programs and of the results' programs (predictions, Monte Carlo ELBO, draws), not a
+    constant in them: a fit at new values is the same guide, compiles nothing, and is the shipped
+    guide's fit at those values (the numbers were read, not left at the first fit's); the reused
+    programs give what programs made for the new values alone give."""
+    Phi, t, _ = _problem(22, N=30, M=9)
+    cavi = ppl_sbl.CAVI(rvm.regression, guide="derived")
+    first = cavi.run(Phi, t, b0=1e-3, f0=1e-2)
+    first.predict(Phi[:5])
+    first.monte_carlo_elbo(num_particles=50)
+    first.sample(0, 10)
+    shipped = ppl_sbl.CAVI(rvm.regression).run(Phi, t, b0=0.5, f0=0.2)
+    with _Compiles() as compiles:
+        second = cavi.run(Phi, t, b0=0.5, f0=0.2)
+        mean, _ = second.predict(Phi[:5])
+        mc = second.monte_carlo_elbo(num_particles=50)
+        draws = second.sample(0, 10)
+    assert compiles.durations == []
+    assert derived_guide(rvm.regression, Phi, t, b0=1e-3, f0=1e-2) is derived_guide(rvm.regression, Phi, t, b0=0.5,
+                                                                                      f0=0.2)
+    assert second.elbo == pytest.approx(shipped.elbo, rel=1e-8)
+    assert abs(second.elbo - first.elbo) > 1.0
+    np.testing.assert_array_equal(second.relevant, shipped.relevant)
+    np.testing.assert_allclose(mean, Phi[:5] @ np.asarray(second.state.mean["w"]), rtol=1e-10, atol=1e-12)
+    # the Monte Carlo ELBO of the reused program is that of a program made for these values alone
+    second.guide_spec._compiled.clear()
+    jax.clear_caches()
+    np.testing.assert_allclose(mc, second.monte_carlo_elbo(num_particles=50), rtol=1e-12)
+    for name, value in second.sample(0, 10).items():
+        np.testing.assert_allclose(draws[name], value, rtol=1e-12, atol=1e-300)
+
+
+def rvm_with_host_rate(Phi, t=None, *, b0=1e-6):
+    """The RVM with the weights' prior rate taken through Python's ``math`` (a concrete number)."""
+    N, M = Phi.shape
+    rate = math.sqrt(b0) ** 2
+    alpha = numpyro.sample("alpha", dist.Gamma(1e-6, rate).expand([M]).to_event(1))
+    w = numpyro.sample("w", dist.Normal(0.0, jax.lax.rsqrt(alpha)).to_event(1))
+    gamma = numpyro.sample("gamma", dist.Gamma(1e-6, 1e-6))
+    numpyro.sample("t", dist.Normal(Phi @ w, jax.lax.rsqrt(gamma)), obs=t)
+
+
+def rvm_with_rate(Phi, t=None, *, b0=1e-6):
+    """:func:`rvm_with_host_rate` with the rate used as it is."""
+    N, M = Phi.shape
+    alpha = numpyro.sample("alpha", dist.Gamma(1e-6, b0).expand([M]).to_event(1))
+    w = numpyro.sample("w", dist.Normal(0.0, jax.lax.rsqrt(alpha)).to_event(1))
+    gamma = numpyro.sample("gamma", dist.Gamma(1e-6, 1e-6))
+    numpyro.sample("t", dist.Normal(Phi @ w, jax.lax.rsqrt(gamma)), obs=t)
+
+
+def test_a_model_that_needs_a_number_as_a_python_value_keeps_it_a_constant():
+    """A model that takes a number into Python's ``math`` does not trace with it as an input: the
+    number is a constant of its programs (one guide per value), and every value gives the fit of
+    the same model written without ``math``."""
+    Phi, t, _ = _problem(23, N=30, M=9)
+    for b0 in (1e-3, 0.5):
+        host = ppl_sbl.CAVI(rvm_with_host_rate, tol=1e-10).run(Phi, t, b0=b0)
+        plain = ppl_sbl.CAVI(rvm_with_rate, tol=1e-10).run(Phi, t, b0=b0)
+        assert host.elbo == pytest.approx(plain.elbo, rel=1e-10), b0
+        np.testing.assert_allclose(host.predict(Phi[:5])[0], plain.predict(Phi[:5])[0], rtol=1e-8, atol=1e-10)
+        assert host.monte_carlo_elbo(num_particles=20).shape == (20,)
+    assert derived_guide(rvm_with_host_rate, Phi, t, b0=1e-3) is not derived_guide(rvm_with_host_rate, Phi, t, b0=0.5)
+    assert derived_guide(rvm_with_rate, Phi, t, b0=1e-3) is derived_guide(rvm_with_rate, Phi, t, b0=0.5)
 
 
 def student_t_rvm(Phi, t=None):

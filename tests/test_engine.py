@@ -66,16 +66,28 @@ def test_a_guide_keeps_its_compiled_functions(problem):
                                float(cavi.step(state, data)[1]), rtol=1e-13)
 
 
-def test_array_inputs_rebuild_the_call_and_key_it_by_everything_but_the_numbers():
+def test_array_inputs_rebuild_the_call_and_key_it_by_everything_but_the_arrays_and_numbers():
     a, b = np.arange(6.0).reshape(2, 3), np.ones(4)
-    arrays, rebuild, static = engine.array_inputs((a, 2.5), {"t": b, "kind": "s", "none": None})
-    assert len(arrays) == 2 and arrays[0] is a and arrays[1] is b
-    args, kwargs = rebuild([a + 1, b * 3])
+    call = ((a, 2.5), {"t": b, "kind": "s", "none": None, "n": 3, "flag": True, "rate": np.float64(0.25)})
+    arrays, rebuild, static = engine.array_inputs(*call)
+    # the arrays and the floating-point numbers are inputs; strings, integers, booleans and None are not
+    assert len(arrays) == 4 and arrays[0] is a and arrays[1] == 2.5 and arrays[2] == 0.25 and arrays[3] is b
+    args, kwargs = rebuild([a + 1, 7.5, 0.5, b * 3])
     np.testing.assert_array_equal(args[0], a + 1)
-    assert args[1] == 2.5 and kwargs["kind"] == "s" and kwargs["none"] is None
+    assert args[1] == 7.5 and kwargs["rate"] == 0.5 and kwargs["kind"] == "s" and kwargs["none"] is None
+    assert kwargs["n"] == 3 and kwargs["flag"] is True
     np.testing.assert_array_equal(kwargs["t"], b * 3)
-    assert engine.array_inputs((a * 7, 2.5), {"t": b, "kind": "s", "none": None})[2] == static
-    assert engine.array_inputs((a, 2.5), {"t": b, "kind": "p", "none": None})[2] != static
+    # the key: the same for other values of the arrays and numbers, another for any other argument
+    assert engine.array_inputs((a * 7, 9.0), {**call[1], "rate": np.float64(3.0)})[2] == static
+    assert engine.array_inputs((a, 2.5), {**call[1], "kind": "p"})[2] != static
+    assert engine.array_inputs((a, 2.5), {**call[1], "n": 4})[2] != static
+    assert engine.array_inputs((a, 2.5), {**call[1], "flag": False})[2] != static
+    # without ``numbers`` the numbers are part of the key, as constants of the program
+    arrays, rebuild, static = engine.array_inputs(*call, numbers=False)
+    assert len(arrays) == 2 and arrays[0] is a and arrays[1] is b
+    assert rebuild([a, b])[0][1] == 2.5
+    assert engine.array_inputs((a * 7, 2.5), call[1], numbers=False)[2] == static
+    assert engine.array_inputs((a, 3.5), call[1], numbers=False)[2] != static
     assert engine.array_inputs(([1, 2],), {"opt": {"x": [3]}})[2] is not None  # lists flatten to leaves
     assert engine.array_inputs((a,), {"opt": {1, 2}})[2] is None  # an unhashable leaf: no key
 

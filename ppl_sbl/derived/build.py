@@ -333,10 +333,13 @@ def _build(model, st: Structure, last: dict, mark=None) -> ClosedFormGuide:
                 return mean, var + scale ** 2
             return expected_sigmoid(mean, var)
 
-        try:  # the state and the new arguments are inputs of the program, not constants in it
-            return with_array_inputs(new_args, new_kwargs, key=("predict", model, st, mark))[0](program)(state)
-        except Exception:  # the model does not trace with array inputs (it needs concrete values): op by op
-            return program(state, new_args, new_kwargs)
+        for numbers in (True, False):  # the state and the new arguments are inputs of the program
+            try:
+                compiled = with_array_inputs(new_args, new_kwargs, key=("predict", model, st, mark), numbers=numbers)
+                return compiled[0](program)(state)
+            except Exception:  # does not trace with the numbers as inputs: as constants, else op by op
+                continue
+        return program(state, new_args, new_kwargs)
 
     def relevance(state, data):
         """(prior precision, data precision) of each element of the first Gaussian factor: E[tau]

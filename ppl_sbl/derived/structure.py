@@ -331,14 +331,15 @@ _COMPILED = {}  # (key, static arguments, shapes and dtypes of the arrays) -> co
 QUICK = ONCE  # the analysis and the start run once per fit
 
 
-def with_array_inputs(args, kwargs, key=None):
+def with_array_inputs(args, kwargs, key=None, numbers=True):
     """``(compile, abstract)`` for functions ``f(*xs, args, kwargs)``: ``compile(f)(*xs)`` runs ``f``
-    compiled, the array leaves of (args, kwargs) entering as inputs of the program (not as
-    constants in it; :func:`ppl_sbl.engine.array_inputs`); ``abstract(f)(*xs)`` traces it for
-    shapes only. With a hashable ``key`` the compiled program is kept for every later call with the
-    same key, static arguments and array shapes (``f`` must then be the same computation for all).
-    The programs run once per call: they compile with :data:`QUICK`."""
-    arrays, rebuild, static = engine.array_inputs(args, kwargs)
+    compiled, the array leaves of (args, kwargs) and, with ``numbers``, its floating-point numbers
+    entering as inputs of the program (not as constants in it; :func:`ppl_sbl.engine.array_inputs`);
+    ``abstract(f)(*xs)`` traces it for shapes only. With a hashable ``key`` the compiled program is
+    kept for every later call with the same key, static arguments and array shapes (``f`` must then
+    be the same computation for all). The programs run once per call: they compile with
+    :data:`QUICK`."""
+    arrays, rebuild, static = engine.array_inputs(args, kwargs, numbers)
     kept = None if key is None or static is None else (
         key, static, tuple((np.shape(a), np.result_type(a).str) for a in arrays))
 
@@ -362,14 +363,15 @@ def rows_alike(c, A, cs, As):
     return all(np.ndim(x) == 0 or bool(np.all(np.asarray(x) == np.asarray(x)[:1])) for x in (c, A, cs, As))
 
 
-def fingerprint(model, args, kwargs, capture=None):
+def fingerprint(model, args, kwargs, capture=None, numbers=True):
     """What the model reads beyond its arguments: the text of its traced program at these argument
-    shapes (the array arguments as inputs) and the constants in it, with every sample site's
-    distribution parameters and scale as outputs. Numbers the model takes from Python globals or
-    closures (a prior's shape, a scale) appear in it, so a changed number gives another
-    fingerprint. None where the model does not trace with array inputs. A list ``capture``
-    receives the model's trace (abstract values: its sites' kinds and shapes)."""
-    arrays, rebuild, static = engine.array_inputs(args, kwargs)
+    shapes (the array arguments and, with ``numbers``, the floating-point numbers among them as
+    inputs) and the constants in it, with every sample site's distribution parameters and scale as
+    outputs. Numbers the model takes from Python globals or closures (a prior's shape, a scale)
+    appear in it, so a changed number gives another fingerprint; a changed argument does not. None
+    where the model does not trace with these inputs. A list ``capture`` receives the model's trace
+    (abstract values: its sites' kinds and shapes)."""
+    arrays, rebuild, static = engine.array_inputs(args, kwargs, numbers)
 
     def read(values):
         a, kw = rebuild(values)
@@ -385,7 +387,7 @@ def fingerprint(model, args, kwargs, capture=None):
         return None
     consts = tuple((np.shape(c), np.result_type(c).str, hashlib.sha1(np.ascontiguousarray(c)).hexdigest())
                    for c in closed.consts)
-    return str(closed.jaxpr), consts
+    return str(closed.jaxpr), consts, numbers
 
 
 def analyse(model, args, kwargs):
@@ -396,14 +398,16 @@ def analyse(model, args, kwargs):
     program where the model traces under ``jax.jit`` (kept for later calls with the same argument
     shapes and fingerprint); a model that needs concrete values (NumPy calls on its arguments) is
     read op by op instead."""
-    traced = []  # the fingerprint's trace serves the analysis's structure
-    mark = fingerprint(model, args, kwargs, capture=traced)
-    if mark is not None:
-        try:
-            return (*_analyse(model, args, kwargs, *with_array_inputs(args, kwargs, key=("analyse", model, mark)),
-                              traced), mark)
-        except Exception:  # the model does not trace with array inputs (it needs concrete values)
-            pass
+    mark = None
+    for numbers in (True, False):  # the numbers among the arguments as inputs, else as constants
+        traced = []  # the fingerprint's trace serves the analysis's structure
+        mark = fingerprint(model, args, kwargs, capture=traced, numbers=numbers)
+        if mark is not None:
+            try:
+                compiled = with_array_inputs(args, kwargs, key=("analyse", model, mark), numbers=numbers)
+                return (*_analyse(model, args, kwargs, *compiled, traced), mark)
+            except Exception:  # the model does not trace with these inputs (it needs concrete values)
+                pass
     eager = lambda f: lambda *xs: f(*xs, args, kwargs)  # noqa: E731
     return (*_analyse(model, args, kwargs, eager, eager), mark)
 
