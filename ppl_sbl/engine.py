@@ -141,8 +141,7 @@ def array_inputs(args, kwargs, numbers=True):
     hyperparameter. A function that uses a number as a Python value (in an ``if``, as a size)
     does not trace with it as an input; such callers try again without ``numbers``."""
     leaves, tree = jax.tree.flatten((args, kwargs))
-    is_array = tuple(isinstance(leaf, (np.ndarray, jax.Array))
-                     or (numbers and isinstance(leaf, (float, np.floating)) and not isinstance(leaf, bool))
+    is_array = tuple(isinstance(leaf, (np.ndarray, jax.Array)) or (numbers and isinstance(leaf, (float, np.floating)))
                      for leaf in leaves)
     arrays = [leaf for leaf, a in zip(leaves, is_array) if a]
     others = tuple(leaf for leaf, a in zip(leaves, is_array) if not a)
