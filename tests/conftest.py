@@ -59,13 +59,13 @@ def rng():
 # at once instead of last, and the short files fill the end on both workers. Ordered by their
 # durations in the default run (``pytest --junitxml``, summed per file); files under ten seconds
 # keep their order.
-LONGEST_FIRST = ("test_tutorials.py", "test_estimators.py", "test_derived.py", "test_gplvm.py",
-                 "test_multiclass.py", "test_scale.py", "test_grid_rvm.py", "test_robust_rvm.py",
-                 "test_fast_ard.py", "test_compiled_schedule.py", "test_rvm.py", "test_super_sparse.py",
-                 "test_readme.py", "test_inputs_and_api.py", "test_derived_fast.py", "test_cavi_parts.py",
-                 "test_compare.py", "test_model_selection.py", "test_saving.py", "test_engine.py",
-                 "test_collinear.py", "test_layout.py", "test_proper_priors.py", "test_jacobian.py",
-                 "test_schedule_default.py", "test_result.py")
+LONGEST_FIRST = ("test_tutorials.py", "test_estimators.py", "test_gplvm.py", "test_derived.py",
+                 "test_multiclass.py", "test_robust_rvm.py", "test_scale.py", "test_fast_ard.py",
+                 "test_compiled_schedule.py", "test_grid_rvm.py", "test_derived_fast.py", "test_readme.py",
+                 "test_super_sparse.py", "test_rvm.py", "test_inputs_and_api.py", "test_cavi_parts.py",
+                 "test_compare.py", "test_model_selection.py", "test_saving.py", "test_layout.py", "test_engine.py",
+                 "test_collinear.py", "test_proper_priors.py", "test_jacobian.py", "test_schedule_default.py",
+                 "test_result.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -52,7 +52,7 @@ def test_latent_posterior_equals_direct_gaussian_algebra():
 @pytest.fixture(scope="module")
 def fitted():
     """The supervised model after 150 natural sweeps (its bound within 0.01 of where 400 leave it)
-    and the unsupervised one by L-BFGS to convergence."""
+    and the unsupervised one after 400 L-BFGS steps (neither has converged there)."""
     Y, Z = toy()
     return {m: gplvm.fit(Y, Z, model=m, latent_dim=3, num_inducing=6, max_steps=steps, prior_kernel="rbf")
             for m, steps in (("supervised", 150), ("unsupervised", 400))}
