@@ -8,9 +8,10 @@ import os
 #: Set to anything but ``""`` or ``"0"`` to keep :func:`compilation_cache` from switching the cache on.
 DISABLE_VARIABLE = "PPL_SBL_NO_COMPILATION_CACHE"
 
-#: Programs that took at least this long (seconds) to compile are cached; JAX's own default (one
-#: second) leaves out most of ppl-sbl's programs, each of which compiles in a fraction of a second.
-MIN_COMPILE_TIME_SECS = 0.1
+#: Programs that took at least this long (seconds) to compile are cached: all of them. JAX's own
+#: default (one second) leaves out nearly every program of ppl-sbl, each of which compiles in a
+#: fraction of a second, and a job runs dozens of them; reading one back is a small part of that.
+MIN_COMPILE_TIME_SECS = 0.0
 
 _JAX_DEFAULT_MIN_COMPILE_TIME_SECS = 1.0
 

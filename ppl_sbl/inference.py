@@ -305,10 +305,11 @@ class CAVI:
             name = getattr(self.model, "__name__", repr(self.model))
             raise ValueError(f"model {name} has no fast schedule; use schedule='sweep'.")
         start = time.perf_counter()
-        bar = [None]
+        bar, shown = [None], [0]
 
-        def progress(passes, moves, value, active):
-            bar[0] = self._progress(bar[0], start, passes, 1, value)
+        def progress(passes, moves, value, active):  # after every pass, or every few (the compiled schedule)
+            bar[0] = self._progress(bar[0], start, passes, passes - shown[0], value)
+            shown[0] = passes
 
         if self.compiled and "compiled" not in inspect.signature(g.fast).parameters:
             raise ValueError(f"`compiled=True`: model {getattr(self.model, '__name__', self.model)} has no compiled "

@@ -80,11 +80,19 @@ def test_buffers_grow_and_limits_stop_the_fit_where_the_host_loop_stops():
     noise = F.GaussianNoise(t / s, e0, e0)
     reports = []
     fields = compiled.run(work, noise, a0s, b0s, 1e-9, 1000, None, lambda *r: reports.append(r), True, capacity=16,
-                          trace_length=16)
+                          trace_length=16, report_interval=0)  # one pass a call: a report after every pass
     fast = F.FastFit(**fields)
     _assert_same_fit(host, fast._replace(elbo_trace=fast.elbo_trace + offset), host_noise, noise)
     assert [r[0] for r in reports] == list(range(1, host.num_passes + 1))
     assert reports[-1][1] == host.num_moves and reports[-1][3] == len(host.active)
+    updates = fast.elbo_trace[1:][np.asarray(fast.trace_events) == F.UPDATE]  # the ELBO after each pass's update
+    np.testing.assert_allclose([r[2] for r in reports], updates, rtol=1e-12)
+    # at the default interval the program runs several passes a call: fewer reports, the same fit
+    fewer = []
+    again = F.FastFit(**compiled.run(work, F.GaussianNoise(t / s, e0, e0), a0s, b0s, 1e-9, 1000, None,
+                                     lambda *r: fewer.append(r), True, capacity=16, trace_length=16))
+    np.testing.assert_array_equal(again.elbo_trace, fast.elbo_trace)
+    assert fewer[-1] == reports[-1] and all(r in reports for r in fewer)
     for limits in (dict(max_moves=7), dict(max_passes=2)):
         a, _ = _fit(Phi, t, 1e-6, 1e-6, 1e-6, False, **limits)
         b, _ = _fit(Phi, t, 1e-6, 1e-6, 1e-6, True, **limits)
@@ -268,3 +276,32 @@ def test_fit_grid_fast_fits_are_the_fast_fits_one_by_one():
         ppl_sbl.fit_grid(rvm.classification, designs, t, schedule="fast", groups=np.arange(designs[0].shape[1]) // 2)
     with pytest.raises(ValueError, match="schedule='sweep'"):
         ppl_sbl.fit_grid(rvm.multiclass, designs, np.arange(len(t)) % 3, schedule="fast")
+
+
+def test_a_compiled_fit_with_a_progress_bar_reports_its_passes_and_its_program_is_cached(capsys, caplog):
+    """The progress bar is fed between calls of the program, which holds no host callback (JAX
+    writes no program with one to its persistent compilation cache, and a fit in a new process
+    would compile it again): the bar ends at the host loop's count of passes, and JAX caches the
+    program of a fit that reports progress."""
+    import logging
+    import re
+
+    import ppl_sbl
+    from ppl_sbl.models import rvm
+
+    Phi, t, _ = _problem(22)
+    ends = []
+    for use_compiled in (False, True):  # the host loop reports after every pass
+        res = ppl_sbl.CAVI(rvm.regression, schedule="fast", compiled=use_compiled, progress_bar=True,
+                           max_sweeps=500).run(Phi, t)
+        ends.append((res.num_moves, re.findall(r"(\d+)/500", capsys.readouterr().err)[-1]))
+    assert ends[0] == ends[1] and int(ends[0][1]) > 1
+    s = float(np.std(t))
+    work, a0, b0, _, _ = standard_units(Phi, 1e-6, 1e-6, s)
+    with caplog.at_level(logging.DEBUG, logger="jax._src.compiler"):  # a trace buffer of its own: a new program
+        compiled.run(work, F.GaussianNoise(t / s, 1e-6, 1e-6), a0, b0, 1e-9, 1000, None, lambda *r: None, True,
+                     trace_length=4096)
+    said = [r.getMessage() for r in caplog.records if "jit__passes" in r.getMessage()]
+    if not said:
+        pytest.skip("JAX's persistent compilation cache is off in this run")
+    assert not any("callback" in m for m in said), said

@@ -12,7 +12,9 @@ the rules), so the fit is the same to rounding.
 Where an add finds the buffers full, the program returns to the host, which doubles them and goes
 on with the program for the larger shape (the capacities are powers of two, so that nearby
 problems share programs); where the ELBO trace's buffer is nearly full, the host takes its entries
-off and the same program goes on.
+off and the same program goes on. A fit that reports progress returns to the host every few
+passes (:data:`REPORT_INTERVAL`), which reports and calls the program again: the program holds no
+host callback, so JAX's persistent compilation cache keeps it.
 
 The likelihood factors are those of the RVMs and robust RVMs, one output each
 (:mod:`ppl_sbl.fast_ard.compiled_factors`). The state and the operations every factor shares
@@ -23,6 +25,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import math
+import time
 
 import jax
 import jax.numpy as jnp
@@ -194,7 +197,7 @@ def _evaluations(st, buf, data, kind, starting):
     return st, buf, value
 
 
-def _pass_end(st, buf, data, kind, progress):
+def _pass_end(st, buf, data, kind):
     """The factor's update given q(w), the factor set afresh, the ELBO, the extrapolation of the
     factor (``Extrapolation``), the stopping rule (``run_passes``). At the start of a fit (phase
     ``START``), the factor as it is set into the empty model, and its ELBO. Returns (state,
@@ -211,8 +214,6 @@ def _pass_end(st, buf, data, kind, progress):
         value = CF.elbo(st, buf, data, kind)
         st = record(st, value, jnp.where(starting, 0, UPDATE))
     change = CF.weights_change(before, CF.weights(st, data, kind))
-    if progress:
-        jax.debug.callback(_report, st.passes, st.moves, value, st.K, starting)
     converged = ~starting & (st.moves < data.max_moves) & (st.moves == st.first) & (
         jnp.abs(value - st.start) <= data.tol * jnp.abs(value)) & (change <= jnp.sqrt(data.tol))
     released, was_held = CF.release(st, kind)
@@ -227,10 +228,11 @@ def _pass_end(st, buf, data, kind, progress):
                        held=jnp.where(going, jnp.zeros_like(st.held), st.held)), buf
 
 
-def _passes(st, buf, data, kind, progress, lanes=False):
-    """The passes from ``st`` until the fit stops or a buffer needs to grow; a fit stopped for
-    its buffers goes on, one that has stopped for good stays as it is. ``lanes``: vmapped with
-    other fits (axis :data:`LANES`; :func:`_when`)."""
+def _passes(st, buf, data, until, kind, lanes=False):
+    """The passes from ``st`` until the fit stops, a buffer needs to grow, or pass ``until`` is
+    about to start (the fit then returns ``RUNNING``, for the host to report progress and go on);
+    a fit stopped for its buffers goes on, one that has stopped for good stays as it is.
+    ``lanes``: vmapped with other fits (axis :data:`LANES`; :func:`_when`)."""
     per_pass = MOVES_PER_COEFFICIENT * data.m
 
     def moves(carry):
@@ -242,12 +244,13 @@ def _passes(st, buf, data, kind, progress, lanes=False):
 
     def passes(carry):
         st, buf = moves(carry)
-        st, buf = _when(st.status == RUNNING, lambda c: _pass_end(*c, data, kind, progress), (st, buf), lanes)
+        st, buf = _when(st.status == RUNNING, lambda c: _pass_end(*c, data, kind), (st, buf), lanes)
         return flush(st, buf)
 
     waiting = (st.status == GROW_ACTIVE) | (st.status == GROW_TRACE)
     st = st._replace(status=jnp.where(waiting, RUNNING, st.status))
-    st, buf = lax.while_loop(lambda c: c[0].status == RUNNING, passes, (st, buf))
+    st, buf = lax.while_loop(lambda c: (c[0].status == RUNNING) & ((c[0].passes < until) | (c[0].phase == START)),
+                             passes, (st, buf))
     # the types the program takes (no weak types), so that a call that goes on compiles nothing
     return st._replace(phase=st.phase.astype(jnp.int64), status=st.status.astype(jnp.int64)), buf
 
@@ -257,8 +260,12 @@ def _passes(st, buf, data, kind, progress, lanes=False):
 #: :func:`_move_step` carries the whole state). The same arithmetic, fewer operations per move.
 OPTIONS = {"xla_cpu_copy_insertion_use_region_analysis": True}
 
-_program = functools.partial(jax.jit, static_argnames=("kind", "progress"), donate_argnums=(0, 1),
+_program = functools.partial(jax.jit, static_argnames=("kind",), donate_argnums=(0, 1),
                              compiler_options=OPTIONS)(_passes)
+
+#: The host reports a compiled fit's progress about this often (seconds): the program runs as many
+#: passes as it ran in this time before and returns; the host calls it again after the report.
+REPORT_INTERVAL = 0.25
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "batch_size"), donate_argnums=(0, 1), compiler_options=OPTIONS)
@@ -266,8 +273,9 @@ def _programs(st, buf, data, kind, batch_size):
     """:func:`_passes` of several fits stacked along a leading axis: vmapped in batches of
     ``batch_size`` (:func:`ppl_sbl.engine.batched_map`)."""
     n = st.K.shape[0]
-    return batched_map(lambda lane: _passes(*lane, kind, False), (st, buf, data), n, batch_size,
-                       batched=jax.vmap(lambda lane: _passes(*lane, kind, False, True), axis_name=LANES))
+    never = jnp.iinfo(jnp.int64).max
+    return batched_map(lambda lane: _passes(*lane, never, kind), (st, buf, data), n, batch_size,
+                       batched=jax.vmap(lambda lane: _passes(*lane, never, kind, True), axis_name=LANES))
 
 
 def _start(data, factor_fields, cap, length):
@@ -380,7 +388,8 @@ def _result(out, values, events, factor, kind, N, M):
                 num_passes=int(out.passes), converged=int(out.status) == CONVERGED)
 
 
-def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capacity=64, trace_length=None):
+def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capacity=64, trace_length=None,
+        report_interval=REPORT_INTERVAL):
     """The compiled fast schedule of one output, in the units of
     :func:`ppl_sbl.fast_ard.standard_units`: the arguments and result of
     ``ppl_sbl.fast_ard.schedule._schedule``, the result as the fields of a
@@ -388,7 +397,9 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     the JJ bound's xi, the weights' q(omega)). ``capacity``: the active block's first capacity (a
     power of two; it doubles as the fit needs, a new program); ``trace_length``: the ELBO trace's
     buffer (default 4 M + 256 rounded up to a power of two), taken off to the host whenever it
-    fills."""
+    fills. ``progress(passes, moves, elbo, active)``, where not None, is called at the end of the
+    fit and between calls of the program every ``report_interval`` seconds or so (each call runs
+    as many passes as fit in that time; 0: one pass a call, a report after every pass)."""
     kind, data, (N, M) = _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact)
     cap, length = _lengths(M, capacity, trace_length)
     st, buf = _start(data, CF.host_state(factor, kind, N, *data.Phi.shape), cap, length)
@@ -402,24 +413,30 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
             return buf._replace(length=np.int32(0))
         return buf._replace(trace=np.full(length, np.nan), events=np.zeros(length, np.int32), length=np.int32(0))
 
-    _PROGRESS.append(progress)
-    try:
-        while True:
-            st, buf = _program(st, buf, data, kind, progress is not None)
-            status = int(st.status)
-            if status == GROW_ACTIVE:
-                cap = min(2 * cap, _power_of_two(M))
-                st, buf = _grown(st, buf, cap)
-                if buf.trace.shape[0] < 4 * (cap + 1):  # room for a step's entries
-                    buf = take_off(buf, _power_of_two(4 * (cap + 1)))
-            elif status == GROW_TRACE:
-                buf = take_off(buf, buf.trace.shape[0])
-            else:
-                break
-    finally:
-        _PROGRESS.pop()
+    never = np.iinfo(np.int64).max
+    chunk, began = 1, time.perf_counter()  # passes a call, when the call began
+    until = np.int64(never if progress is None else 1 + chunk)  # passes count from 1
+    while True:
+        st, buf = _program(st, buf, data, until, kind)
+        status = int(st.status)
+        if status == GROW_ACTIVE:
+            cap = min(2 * cap, _power_of_two(M))
+            st, buf = _grown(st, buf, cap)
+            if buf.trace.shape[0] < 4 * (cap + 1):  # room for a step's entries
+                buf = take_off(buf, _power_of_two(4 * (cap + 1)))
+        elif status == GROW_TRACE:
+            buf = take_off(buf, buf.trace.shape[0])
+        elif status == RUNNING:  # paused for a report: the passes before pass `until` are done
+            progress(int(st.passes) - 1, int(st.moves), float(st.start), int(st.K))
+            took, began = time.perf_counter() - began, time.perf_counter()
+            chunk = int(min(2 * chunk, max(1, chunk * report_interval / max(took, 1e-9))))
+            until = np.int64(int(st.passes) + chunk)
+        else:
+            break
     out, buf = jax.device_get((st, buf))
     take_off(buf, buf.trace.shape[0])
+    if progress is not None:
+        progress(int(out.passes), int(out.moves), float(out.start), int(out.K))
     return _result(out, values, events, factor, kind, N, M)
 
 
@@ -496,13 +513,3 @@ def _run_group(st, buf, data, kind, M, cap, batch_size):
     out, buf = jax.device_get((st, buf))
     take_off(buf, 1)
     return out, values, events
-
-
-_PROGRESS = []  # the progress functions of the fits running, innermost last
-
-
-def _report(passes, moves, value, K, starting):
-    """The host side of the progress callback: the running fit's ``progress(passes, moves, elbo,
-    active)`` after every pass."""
-    if not starting and _PROGRESS and _PROGRESS[-1] is not None:
-        _PROGRESS[-1](int(passes), int(moves), float(value), int(K))

@@ -549,7 +549,8 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
     max_passes, max_moves : upper limits (default moves: none but ``max_passes``, each pass making
         at most ``MOVES_PER_COEFFICIENT`` M of them, per output with several); a fit stopped by
         either has ``converged`` False.
-    progress : callable(passes, moves, elbo, active), called after every pass, or None.
+    progress : callable(passes, moves, elbo, active), called after every pass (with ``compiled``:
+        between calls of the program, a few times a second, and at the end), or None.
     entry : None (the rule by the prior, above), ``"supported"`` (q^2 > s and the alignment test,
         whatever the prior) or ``"exact"`` (the exact comparison, whatever the prior).
     vague_only : raise :class:`NotApplicable` before any fitting where the prior is not vague
