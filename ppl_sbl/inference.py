@@ -308,8 +308,7 @@ class CAVI:
         bar, shown = [None], [0]
 
         def progress(passes, moves, value, active):  # after every pass, or every few (the compiled schedule)
-            bar[0] = self._progress(bar[0], start, passes, passes - shown[0], value)
-            shown[0] = passes
+            bar[0], shown[0] = self._progress(bar[0], start, passes, passes - shown[0], value), passes
 
         if self.compiled and "compiled" not in inspect.signature(g.fast).parameters:
             raise ValueError(f"`compiled=True`: model {getattr(self.model, '__name__', self.model)} has no compiled "

@@ -15,8 +15,8 @@ os.environ.setdefault("JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS", "0")
 # PPL_SBL_NO_COMPILATION_CACHE=1), shared by both workers and, through the environment, by every
 # subprocess a test starts: most of the suite's CPU time is XLA compiling, and tests compile the
 # same computations again (same shapes, fresh closures, other processes), which the in-memory cache
-# of one process cannot reuse. Every compilation is cached (the library's default keeps those over
-# 0.1 s). For the time of a clean checkout, point XDG_CACHE_HOME (or JAX_COMPILATION_CACHE_DIR)
+# of one process cannot reuse. Every compilation is cached (as by the library's default; the
+# environment says so to the subprocesses too). For the time of a clean checkout, point XDG_CACHE_HOME (or JAX_COMPILATION_CACHE_DIR)
 # at an empty folder.
 _CACHE_ON = os.environ.get("PPL_SBL_NO_COMPILATION_CACHE", "") in ("", "0")
 if _CACHE_ON:
