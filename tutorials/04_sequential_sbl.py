@@ -101,7 +101,7 @@ def small_factors(alpha, S, Q):
 
 def count_moves(moves):
     kinds = [kind for kind, _ in moves]
-    return {kind: kinds.count(kind) for kind in ("add", "update", "delete", "sample") if kind in kinds}
+    return {kind: kinds.count(kind) for kind in ("add", "update", "delete", "joint", "sample") if kind in kinds}
 
 
 # %% [markdown]
@@ -185,7 +185,11 @@ print(f"{N_PARTICLES} single-draw ELBOs minus L: min {draws.min() - small.elbo:.
 # $s_m = \alpha_m S_m/(\alpha_m - S_m)$, $q_m = \alpha_m Q_m/(\alpha_m - S_m)$), computes the
 # exact gain in $\mathcal L$ of every function's best move, makes the largest one, and updates
 # $\Sigma$, $\mu$, $S$ and $Q$ by rank-one formulas. It starts from the empty model and stops
-# when no move gains more than a tolerance.
+# when no move gains more than a tolerance. Late in a fit the moves left are re-estimates, and
+# where active functions are coupled (overlapping RBFs) one coordinate at a time converges slowly;
+# there the library also tries one Newton step on every active $\ln\alpha_m$ at once (and on
+# $\ln\sigma^2$ when the noise is re-estimated), kept where it gains more than the best single
+# move: a move of kind `"joint"`.
 #
 # Our problem: $y = \sin(x)/x + \varepsilon$, one Gaussian RBF centred on every input, so
 # $D$ is $N \times N$.
@@ -208,7 +212,7 @@ print(f"smallest change of L over a move: {steps.min():.3e} (L never decreases)"
 # $q_m^2 = s_m$, those out of it on or below it: no single move can raise $\mathcal L$ any more.
 
 # %%
-colours = {"add": "C2", "update": "C0", "delete": "C3"}
+colours = {"add": "C2", "update": "C0", "delete": "C3", "joint": "C1"}
 kinds = np.array([kind for kind, _ in fit.moves])
 trace = np.asarray(fit.trace)
 s_fac, q_fac = small_factors(fit.alpha, fit.S, fit.Q)

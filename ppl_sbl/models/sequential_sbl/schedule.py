@@ -371,6 +371,26 @@ class Schedule:
         if self.update_noise and (step + 1) % self.noise_every == 0:
             self.noise_move()
 
+    def joint_move(self, gain, new, best):
+        """Where the best move is a re-estimate and no add or delete gains beyond rounding
+        (``rounding``; the moves left are re-estimates, which converge slowly one coordinate at a
+        time where the active functions or the noise are coupled), one joint Newton step on ln alpha of every active function that
+        stays (finite re-estimate) and, with ``update_noise``, ln sigma^2
+        (:meth:`.Workspace.joint_step`), kept where it gains more than the best single move
+        (``best``); recorded as a move of kind ``"joint"``. Returns whether it was made."""
+        work = self.work
+        significant = gain > self.rounding * max(1.0, abs(work.L))
+        structural = ~np.isfinite(work.alpha) | ~np.isfinite(new)  # adds and deletes
+        if np.any(significant & structural):
+            return False
+        made = work.joint_step(np.isfinite(new[work.a]), best, noise=self.update_noise)
+        if made is None:
+            return False
+        work.trace.append(work.L)
+        work.moves.append(("joint", -1))
+        work.trace_seconds.append(time.perf_counter() - self.start)
+        return True
+
     def run(self, max_steps, bar=None):
         """Up to ``max_steps`` steps, each the best move; returns (converged, stop_reason)."""
         work, tol = self.work, self.tol
@@ -412,7 +432,8 @@ class Schedule:
                 converged = True
                 stop_reason = "rounding" if self.stuck() else "practical" if self.practical else "tolerance"
                 break
-            self.make_move(step, m, new[m], best)
+            if not (np.isfinite(work.alpha[m]) and np.isfinite(new[m]) and self.joint_move(gain, new, best)):
+                self.make_move(step, m, new[m], best)
             if bar is not None and step % 50 == 0:
                 bar.update(50 if step else 0)
                 bar.set_postfix(L=f"{work.L:.4f}", active=len(work.active))

@@ -51,7 +51,8 @@ class SBLState(ResultMethods, Saveable):
     trace : list of float
         L after every move (the first entry: the model with no function).
     moves : list of (str, int)
-        ("add" | "update" | "delete" | "noise", function index or -1; "sample", point or -1).
+        ("add" | "update" | "delete" | "noise", function index or -1; "joint", -1: a Newton step on
+        every active alpha and the noise at once; "sample", point or -1).
     trace_seconds : list of float
         Seconds since the start of the last :func:`fit`/:func:`resume` at each entry of the
         trace it added.

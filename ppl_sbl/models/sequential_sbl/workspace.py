@@ -419,6 +419,91 @@ class Workspace:
                 return True
         return False
 
+    def joint_derivatives(self, noise=True):
+        """(g, H): the gradient and Hessian of L in (ln alpha_a, and ln beta where ``noise``) at the
+        state, beta = 1 / sigma^2, from Sigma, mu and the residual e = y - D_a mu (Sigma =
+        (A + beta D_a^T D_a)^-1, mu = beta Sigma D_a^T y):
+
+            g_k = (1 - alpha_k Sigma_kk - alpha_k mu_k^2) / 2
+            H_jk = alpha_j alpha_k (Sigma_jk^2 + 2 mu_j mu_k Sigma_jk) / 2 - delta_jk alpha_k (Sigma_kk + mu_k^2) / 2
+            g_beta = (N - K + sum_k alpha_k Sigma_kk - beta ||e||^2) / 2
+            H_k,beta = alpha_k (Sigma_kk - (Sigma A Sigma)_kk) / 2 - alpha_k mu_k (Sigma A mu)_k
+            H_beta,beta = (-sum_k alpha_k (Sigma_kk - (Sigma A Sigma)_kk) - beta ||e||^2) / 2 + mu^T A Sigma A mu
+
+        (dSigma/d alpha_k = -Sigma e_k e_k^T Sigma, dmu/d alpha_k = -mu_k Sigma e_k; beta dSigma/d beta
+        = -(Sigma - Sigma A Sigma), beta dmu/d beta = Sigma A mu, as beta D_a^T e = A mu.) The
+        gradient's alpha part is Tipping & Faul's re-estimate condition, its beta part the noise
+        re-estimate's (:meth:`reestimate_noise`)."""
+        a = self.a
+        K = len(a)
+        alpha, Sigma, mu = self.alpha[a], self.Sigma, self.mu
+        d = np.diag(Sigma)
+        g = 0.5 * (1.0 - alpha * d - alpha * mu * mu)
+        H = 0.5 * (np.outer(alpha, alpha) * (Sigma * Sigma + 2.0 * np.outer(mu, mu) * Sigma)
+                   - np.diag(alpha * (d + mu * mu)))
+        if not noise:
+            return g, H
+        e = self.st.y - self.active_product(mu) if K else self.st.y
+        ee = float(e @ e)
+        am = alpha * mu
+        S_am = Sigma @ am
+        rest = d - np.einsum("ij,j,ji->i", Sigma, alpha, Sigma)  # diag(Sigma - Sigma A Sigma)
+        g_beta = 0.5 * (self.design.n - K + float(alpha @ d) - self.beta * ee)
+        cross = 0.5 * alpha * rest - alpha * mu * S_am
+        H_beta = 0.5 * (-float(alpha @ rest) - self.beta * ee) + float(am @ S_am)
+        return np.append(g, g_beta), np.block([[H, cross[:, None]], [cross[None, :], np.array([[H_beta]])]])
+
+    def joint_step(self, free, min_gain, noise=True, radius=1.0, max_halvings=6):
+        """One Newton step on L over ln alpha of the active functions ``free`` (a mask over
+        :attr:`a`) and, where ``noise``, ln beta, the others held (:meth:`joint_derivatives`):
+        minus the Hessian damped (Levenberg-Marquardt) until it is positive definite and the step
+        moves no parameter by more than ``radius`` (a factor e), then halved until L, evaluated
+        exactly from the block factorisation at the new values, rises by more than ``min_gain``
+        (and than the rounding of the two evaluations) over L evaluated the same way at the old
+        ones. Kept where it does (Sigma, mu, S, Q and L
+        set exactly), the state left as it was otherwise. Returns the gain, or None."""
+        a = self.a.copy()
+        K = len(a)
+        free = np.append(np.asarray(free, dtype=bool), True) if noise else np.asarray(free, dtype=bool)
+        if K == 0 or not np.any(free):
+            return None
+        g, H = self.joint_derivatives(noise)
+        neg = -H[np.ix_(free, free)]
+        if not (np.all(np.isfinite(neg)) and np.all(np.isfinite(g))):
+            return None
+        w, V = np.linalg.eigh(0.5 * (neg + neg.T))
+        c = V.T @ g[free]
+
+        def step_at(damping):
+            return V @ (c / (w + damping))
+
+        low = max(0.0, -float(w[0])) * 1.01 + 1e-10 * max(abs(float(w[-1])), 1.0)
+        damping = low
+        while np.max(np.abs(step_at(damping))) > radius:
+            damping = 2.0 * damping + 1e-12
+        if damping > low:  # the least damping within the radius, by bisection
+            for _ in range(30):
+                mid = 0.5 * (low + damping)
+                low, damping = (mid, damping) if np.max(np.abs(step_at(mid))) > radius else (low, mid)
+        step = np.zeros(len(g))
+        step[free] = step_at(damping)
+        blocks = self.blocks()
+        # a rise within the rounding of the two evaluations of L is no rise (:meth:`logdet_rounding`)
+        min_gain = max(min_gain, 2.0 * self.logdet_rounding(blocks))
+        old_alpha, old_noise = self.alpha[a].copy(), self.noise_var
+        ref = self._likelihoods([old_noise], blocks)[0][0]
+        for h in range(max_halvings):
+            t = step * 0.5 ** h
+            self.alpha[a] = old_alpha * np.exp(t[:K])
+            noise_var = old_noise * math.exp(-t[K]) if noise else old_noise
+            L, factors = self._likelihoods([noise_var], blocks)
+            if L[0] - ref > min_gain:
+                gain = float(L[0] - ref)
+                self._set_noise(noise_var, algebra.posterior_from(factors[0]), self.L + gain, clear=True)
+                return gain
+        self.alpha[a] = old_alpha
+        return None
+
     def _set_noise(self, noise_var, blocks, L, clear=False):
         """Full statistics at a new noise variance from the blocks of :func:`.algebra.posterior_from`:
         Sigma block by block (written over the old blocks: Sigma is zero outside the components,
