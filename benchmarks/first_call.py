@@ -36,6 +36,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)  # the repository root, for ``benchmarks.timing``
+
+from benchmarks.timing import write_record  # noqa: E402
 
 PROBLEMS = ("sinc100", "sinc1000", "ripley")
 SCHEDULES = ("fast", "compiled")
@@ -48,7 +51,6 @@ OWN_CACHE_SETTINGS = ("JAX_COMPILATION_CACHE_DIR", "PPL_SBL_NO_COMPILATION_CACHE
 
 def one(problem, schedule):
     """The first and the warm call in this process (a dict)."""
-    sys.path.insert(0, ROOT)
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -127,8 +129,7 @@ def main(argv=None):
                                       for r in rows for run in RUNS}}
     print(json.dumps(record["first_call_under_1s"]))
     if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(record, fh, indent=1)
+        write_record(record, args.out)
     return 0
 
 
