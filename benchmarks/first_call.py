@@ -119,7 +119,8 @@ def main(argv=None):
                     row[run] = {"first": rec["first"], "warm": rec["warm"]}
                     f, w = rec["first"], rec["warm"]
                     print(f"{problem:<9} {schedule:<9} {run:<13} {f['seconds']:8.3f} {w['seconds']:7.3f} "
-                          f"{f['compilations']:>8} {f['read_from_cache']:>5} {f['compile_seconds']:6.2f}  {f['elbo']:.10f}", flush=True)
+                          f"{f['compilations']:>8} {f['read_from_cache']:>5} {f['compile_seconds']:6.2f}  "
+                          f"{f['elbo']:.10f}", flush=True)
                 elbos = [row[run][call]["elbo"] for run in RUNS for call in ("first", "warm")]
                 row["same_fit"] = max(elbos) - min(elbos) <= 1e-9 * abs(elbos[0])
                 rows.append(row)

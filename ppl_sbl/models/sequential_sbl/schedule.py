@@ -374,10 +374,11 @@ class Schedule:
     def joint_move(self, gain, new, best):
         """Where the best move is a re-estimate and no add or delete gains beyond rounding
         (``rounding``; the moves left are re-estimates, which converge slowly one coordinate at a
-        time where the active functions or the noise are coupled), one joint Newton step on ln alpha of every active function that
-        stays (finite re-estimate) and, with ``update_noise``, ln sigma^2
-        (:meth:`.Workspace.joint_step`), kept where it gains more than the best single move
-        (``best``); recorded as a move of kind ``"joint"``. Returns whether it was made."""
+        time where the active functions or the noise are coupled), one joint Newton step on ln
+        alpha of every active function that stays (finite re-estimate) and, with
+        ``update_noise``, ln sigma^2 (:meth:`.Workspace.joint_step`), kept where it gains more than
+        the best single move (``best``); recorded as a move of kind ``"joint"``. Returns whether
+        it was made."""
         work = self.work
         significant = gain > self.rounding * max(1.0, abs(work.L))
         structural = ~np.isfinite(work.alpha) | ~np.isfinite(new)  # adds and deletes

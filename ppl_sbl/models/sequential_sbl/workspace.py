@@ -425,10 +425,12 @@ class Workspace:
         (A + beta D_a^T D_a)^-1, mu = beta Sigma D_a^T y):
 
             g_k = (1 - alpha_k Sigma_kk - alpha_k mu_k^2) / 2
-            H_jk = alpha_j alpha_k (Sigma_jk^2 + 2 mu_j mu_k Sigma_jk) / 2 - delta_jk alpha_k (Sigma_kk + mu_k^2) / 2
+            H_jk = alpha_j alpha_k (Sigma_jk^2 + 2 mu_j mu_k Sigma_jk) / 2
+                   - delta_jk alpha_k (Sigma_kk + mu_k^2) / 2
             g_beta = (N - K + sum_k alpha_k Sigma_kk - beta ||e||^2) / 2
             H_k,beta = alpha_k (Sigma_kk - (Sigma A Sigma)_kk) / 2 - alpha_k mu_k (Sigma A mu)_k
-            H_beta,beta = (-sum_k alpha_k (Sigma_kk - (Sigma A Sigma)_kk) - beta ||e||^2) / 2 + mu^T A Sigma A mu
+            H_beta,beta = (-sum_k alpha_k (Sigma_kk - (Sigma A Sigma)_kk) - beta ||e||^2) / 2
+                          + mu^T A Sigma A mu
 
         (dSigma/d alpha_k = -Sigma e_k e_k^T Sigma, dmu/d alpha_k = -mu_k Sigma e_k; beta dSigma/d beta
         = -(Sigma - Sigma A Sigma), beta dmu/d beta = Sigma A mu, as beta D_a^T e = A mu.) The
@@ -460,8 +462,8 @@ class Workspace:
         moves no parameter by more than ``radius`` (a factor e), then halved until L, evaluated
         exactly from the block factorisation at the new values, rises by more than ``min_gain``
         (and than the rounding of the two evaluations) over L evaluated the same way at the old
-        ones. Kept where it does (Sigma, mu, S, Q and L
-        set exactly), the state left as it was otherwise. Returns the gain, or None."""
+        ones. Kept where it does (Sigma, mu, S, Q and L set exactly), the state left as it was
+        otherwise. Returns the gain, or None."""
         a = self.a.copy()
         K = len(a)
         free = np.append(np.asarray(free, dtype=bool), True) if noise else np.asarray(free, dtype=bool)
