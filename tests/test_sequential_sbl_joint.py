@@ -102,7 +102,7 @@ def test_joint_steps_take_fewer_moves_to_at_least_the_same_L(data, N, seed, monk
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # converged, no warning
         joint = ss.fit(D, y, noise_var=float(np.var(y)), update_noise=True)
-        monkeypatch.setattr(schedule.Schedule, "joint_move", lambda self, gain, new, best: False)
+        monkeypatch.setattr(schedule.Schedule, "joint_move", lambda self, step, gain, new, best: False)
         single = ss.fit(D, y, noise_var=float(np.var(y)), update_noise=True)
     kinds = collections.Counter(kind for kind, _ in joint.moves)
     assert kinds["joint"] > 0 and "joint" not in {kind for kind, _ in single.moves}
@@ -113,3 +113,24 @@ def test_joint_steps_take_fewer_moves_to_at_least_the_same_L(data, N, seed, monk
     trace = np.asarray(joint.trace)
     assert np.all(np.diff(trace) >= -1e-9 * np.maximum(1.0, np.abs(trace[1:])))
     assert joint.log_marginal_likelihood == pytest.approx(ss.log_marginal_likelihood(joint), rel=1e-10, abs=1e-9)
+
+
+def test_joint_steps_are_bounded_in_size_and_in_retries(monkeypatch):
+    """No joint step above ``JOINT_MAX_ACTIVE`` active functions (its dense Hessian), and after one
+    that gains too little, none for as many steps as there are active functions."""
+    D, y = sinc_problem(100, 3)
+    monkeypatch.setattr(schedule, "JOINT_MAX_ACTIVE", 3)
+    capped = ss.fit(D, y, noise_var=float(np.var(y)), update_noise=True)
+    assert len(capped.active) > 3 and "joint" not in {kind for kind, _ in capped.moves}
+    monkeypatch.undo()
+    tries = []
+
+    def refused(self, free, min_gain, noise=True):
+        tries.append(len(self.active))
+        return None
+
+    monkeypatch.setattr(workspace.Workspace, "joint_step", refused)
+    single = ss.fit(D, y, noise_var=float(np.var(y)), update_noise=True)
+    steps = sum(kind != "noise" for kind, _ in single.moves)
+    assert 0 < len(tries) <= steps / min(tries) + 1  # at most one try per K moves
+    assert "joint" not in {kind for kind, _ in single.moves}

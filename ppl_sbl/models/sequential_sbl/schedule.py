@@ -20,11 +20,15 @@ from .program import LOG_2PI
 from .state import SBLState
 from .workspace import Workspace
 
-__all__ = ["LOG_ALPHA_TOL", "LOG_NOISE_TOL", "MAX_ALIGNMENT", "significant", "Schedule", "fit", "resume"]
+__all__ = ["LOG_ALPHA_TOL", "LOG_NOISE_TOL", "MAX_ALIGNMENT", "JOINT_MAX_ACTIVE", "significant", "Schedule", "fit",
+           "resume"]
 
 LOG_ALPHA_TOL = 1e-3  # the practical rule: smallest change of ln alpha_m a re-estimate makes
 LOG_NOISE_TOL = 1e-6  # ... and of ln sigma^2 that keeps the fit going
 MAX_ALIGNMENT = 1.0 - 1e-3  # ... and the largest |cosine| of a function added with an active one
+# the joint Newton step (``Schedule.joint_move``) is tried with at most this many active functions:
+# it factorises their dense (K + 1) x (K + 1) Hessian, O(K^3), where a single move costs O(M K)
+JOINT_MAX_ACTIVE = 512
 
 
 def significant(gain, new, alpha, active):
@@ -250,6 +254,8 @@ class Schedule:
     # is made on exact statistics (a refresh before each) after the moves since it were undone
     checkpoint: Optional[dict] = None
     exact_until: int = 0
+    # the step before which no joint Newton step is tried (after one that gained too little)
+    joint_after: int = 0
 
     def __post_init__(self):
         self.rounding = max(1e3 * self.tol, 1e-10)
@@ -371,21 +377,25 @@ class Schedule:
         if self.update_noise and (step + 1) % self.noise_every == 0:
             self.noise_move()
 
-    def joint_move(self, gain, new, best):
+    def joint_move(self, step, gain, new, best):
         """Where the best move is a re-estimate and no add or delete gains beyond rounding
         (``rounding``; the moves left are re-estimates, which converge slowly one coordinate at a
         time where the active functions or the noise are coupled), one joint Newton step on ln
         alpha of every active function that stays (finite re-estimate) and, with
         ``update_noise``, ln sigma^2 (:meth:`.Workspace.joint_step`), kept where it gains more than
         the best single move (``best``); recorded as a move of kind ``"joint"``. Returns whether
-        it was made."""
+        it was made. Not tried with more than ``JOINT_MAX_ACTIVE`` active functions, nor for K
+        steps after one that gained too little (K active functions)."""
         work = self.work
+        if len(work.active) > JOINT_MAX_ACTIVE or step < self.joint_after:
+            return False
         significant = gain > self.rounding * max(1.0, abs(work.L))
         structural = ~np.isfinite(work.alpha) | ~np.isfinite(new)  # adds and deletes
         if np.any(significant & structural):
             return False
         made = work.joint_step(np.isfinite(new[work.a]), best, noise=self.update_noise)
         if made is None:
+            self.joint_after = step + len(work.active)
             return False
         work.trace.append(work.L)
         work.moves.append(("joint", -1))
@@ -433,7 +443,7 @@ class Schedule:
                 converged = True
                 stop_reason = "rounding" if self.stuck() else "practical" if self.practical else "tolerance"
                 break
-            if not (np.isfinite(work.alpha[m]) and np.isfinite(new[m]) and self.joint_move(gain, new, best)):
+            if not (np.isfinite(work.alpha[m]) and np.isfinite(new[m]) and self.joint_move(step, gain, new, best)):
                 self.make_move(step, m, new[m], best)
             if bar is not None and step % 50 == 0:
                 bar.update(50 if step else 0)
