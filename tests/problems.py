@@ -1,4 +1,6 @@
-"""Small random problems, a model without a guide, and a comparison shared by the tests."""
+"""Small random problems, a model without a guide, and comparisons shared by the tests."""
+import math
+
 import jax
 import numpy as np
 import numpyro
@@ -55,3 +57,12 @@ def default_rates(Phi, t=None, a0=1e-6, e0=1e-6):
     if t is not None:
         rates["f0"] = e0 * v
     return rates
+
+
+def direct_L(D, y, alpha, noise_var):
+    """The type-II log marginal likelihood log N(y | 0, sigma^2 I + D_a A^-1 D_a^T) with the N x N
+    matrix (Faul & Pilikos, section 2), and that matrix C."""
+    a = np.isfinite(alpha)
+    C = noise_var * np.eye(len(y)) + (D[:, a] / alpha[a]) @ D[:, a].T
+    _, logdet = np.linalg.slogdet(C)
+    return -0.5 * (len(y) * math.log(2 * math.pi) + logdet + y @ np.linalg.solve(C, y)), C

@@ -11,6 +11,8 @@ from ppl_sbl.models import sequential_sbl as ss
 from ppl_sbl.models.sequential_sbl import algebra, workspace
 from ppl_sbl.models.sequential_sbl.gains import move_gains, small_factors
 
+from problems import direct_L
+
 
 def problem(seed, N=50, M=35, noise=0.3):
     rng = np.random.default_rng(seed)
@@ -18,14 +20,6 @@ def problem(seed, N=50, M=35, noise=0.3):
     c = np.zeros(M)
     c[rng.choice(M, 4, replace=False)] = rng.normal(scale=2.0, size=4)
     return D, D @ c + noise * rng.normal(size=N), rng
-
-
-def direct_L(D, y, alpha, noise_var):
-    """log N(y | 0, sigma^2 I + D_a A^-1 D_a^T) with the N x N matrix."""
-    a = np.isfinite(alpha)
-    C = noise_var * np.eye(len(y)) + (D[:, a] / alpha[a]) @ D[:, a].T
-    _, logdet = np.linalg.slogdet(C)
-    return -0.5 * (len(y) * math.log(2 * math.pi) + logdet + y @ np.linalg.solve(C, y)), C
 
 
 def direct_SQ(D, y, C):

@@ -249,8 +249,7 @@ def _passes(st, buf, data, until, kind, lanes=False):
 
     waiting = (st.status == GROW_ACTIVE) | (st.status == GROW_TRACE)
     st = st._replace(status=jnp.where(waiting, RUNNING, st.status))
-    st, buf = lax.while_loop(lambda c: (c[0].status == RUNNING) & ((c[0].passes < until) | (c[0].phase == START)),
-                             passes, (st, buf))
+    st, buf = lax.while_loop(lambda c: (c[0].status == RUNNING) & (c[0].passes < until), passes, (st, buf))
     # the types the program takes (no weak types), so that a call that goes on compiles nothing
     return st._replace(phase=st.phase.astype(jnp.int64), status=st.status.astype(jnp.int64)), buf
 

@@ -420,9 +420,11 @@ class Workspace:
         return False
 
     def joint_derivatives(self, noise=True):
-        """(g, H): the gradient and Hessian of L in (ln alpha_a, and ln beta where ``noise``) at the
-        state, beta = 1 / sigma^2, from Sigma, mu and the residual e = y - D_a mu (Sigma =
-        (A + beta D_a^T D_a)^-1, mu = beta Sigma D_a^T y):
+        """(g, H): the gradient and Hessian of L = log L(y | alpha, sigma^2) = -(N log 2 pi + log|C|
+        + y^T C^-1 y) / 2, C = sigma^2 I + D_a A^-1 D_a^T (Faul & Pilikos, section 2, whose equations
+        carry no numbers), in (ln alpha_a, and ln beta where ``noise``) at the state, beta =
+        1 / sigma^2, from Sigma, mu and the residual e = y - D_a mu (Sigma = (A + beta D_a^T
+        D_a)^-1, mu = beta Sigma D_a^T y):
 
             g_k = (1 - alpha_k Sigma_kk - alpha_k mu_k^2) / 2
             H_jk = alpha_j alpha_k (Sigma_jk^2 + 2 mu_j mu_k Sigma_jk) / 2
