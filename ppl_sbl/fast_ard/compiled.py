@@ -358,9 +358,16 @@ def _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact):
     return kind, data, (N, M)
 
 
+#: The active block's first capacity (slots). The moves' and the passes' work grows with the
+#: capacity, not with the active count K (O(M cap) a move; O(M cap^2) q(w) afresh; O(cap^3) the joint
+#: Newton step), and each doubling is one more program: a fit whose K passes it goes on in buffers
+#: twice as large.
+CAPACITY = 32
+
+
 def _lengths(M, capacity, trace_length):
-    """The active block's first capacity and the trace buffer's length."""
-    cap = min(_power_of_two(M), _power_of_two(capacity))
+    """The active block's first capacity (default :data:`CAPACITY`) and the trace buffer's length."""
+    cap = min(_power_of_two(M), _power_of_two(CAPACITY if capacity is None else capacity))
     length = _power_of_two(max(4 * M + 256 if trace_length is None else trace_length, 4 * (cap + 1)))
     return cap, length
 
@@ -387,14 +394,14 @@ def _result(out, values, events, factor, kind, N, M):
                 num_passes=int(out.passes), converged=int(out.status) == CONVERGED)
 
 
-def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capacity=64, trace_length=None,
+def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capacity=None, trace_length=None,
         report_interval=REPORT_INTERVAL):
     """The compiled fast schedule of one output, in the units of
     :func:`ppl_sbl.fast_ard.standard_units`: the arguments and result of
     ``ppl_sbl.fast_ard.schedule._schedule``, the result as the fields of a
     :class:`ppl_sbl.fast_ard.FastFit` (a dict). Sets the host factor to the fit's (q(gamma)'s (e, f),
     the JJ bound's xi, the weights' q(omega)). ``capacity``: the active block's first capacity (a
-    power of two; it doubles as the fit needs, a new program); ``trace_length``: the ELBO trace's
+    power of two, default :data:`CAPACITY`; it doubles as the fit needs, a new program); ``trace_length``: the ELBO trace's
     buffer (default 4 M + 256 rounded up to a power of two), taken off to the host whenever it
     fills. ``progress(passes, moves, elbo, active)``, where not None, is called at the end of the
     fit and between calls of the program every ``report_interval`` seconds or so (each call runs
@@ -439,7 +446,7 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     return _result(out, values, events, factor, kind, N, M)
 
 
-def run_many(lanes, batch_size=1, capacity=64, trace_length=None, threads=1):
+def run_many(lanes, batch_size=1, capacity=None, trace_length=None, threads=1):
     """Several fits of :func:`run` in one compiled program: ``lanes`` a list of its arguments
     ``(Phi, factor, a0, b0, tol, max_passes, max_moves, exact)``, every design of one shape and
     every factor of one kind; the fits run side by side in batches of ``batch_size`` (vmapped;
