@@ -96,7 +96,7 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from benchmarks.timing import (CompileClock, Peer, environment, fmt, log, loglog_predict, set_blas_threads,  # noqa: E402
+from benchmarks.timing import (CompileClock, Peer, environment, fmt, log, loglog_predict, set_blas_threads, set_cores,  # noqa: E402
                                time_peers, write_record)
 
 REFERENCE = "fastrvm"
@@ -653,6 +653,9 @@ def base_parser():
                    help="seconds: a peer whose warm call takes longer is called once only at that size (default 120)")
     p.add_argument("--blas-threads", type=int, default=1,
                    help="OPENBLAS_NUM_THREADS, set before numpy is imported (default 1; 0: leave it as it is)")
+    p.add_argument("--cores", type=int, default=0,
+                   help="run the process on its first CORES CPUs, set before JAX starts (default 0: all it may "
+                        "use; 1: every peer on one core, XLA's thread pool too)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: N = 50, 80 and 1 round (ARD and the CAVI sweep skipped above 50, their times "
                         "there extrapolated); classification: 100 Ripley points, 1 round")
@@ -699,6 +702,7 @@ def select(peers, wanted):
 def main(argv=None):
     pre, _ = base_parser().parse_known_args(argv)
     set_blas_threads(pre.blas_threads)
+    set_cores(pre.cores)
     import importlib.metadata
 
     import ppl_sbl  # noqa: F401  (float64 on)
@@ -716,7 +720,7 @@ def main(argv=None):
         out = os.path.join(HERE, "results", f"{stem}_{env['jax_backend']}" + ("_quick" if args.quick else "") + ".json")
     log(f"# ppl-sbl RVM speed benchmark ({kind}) against fastrvm  {env['date']}  host={env['hostname']}  "
         f"backend={env['jax_backend']}  cpus={env['cpu_count']}  load={env['load_average']}  "
-        f"blas threads={env['blas_threads_env']}")
+        f"blas threads={env['blas_threads_env']}  cpu affinity={env['cpu_affinity']}")
     log(f"# versions {env['versions']}")
     log(f"# peers {list(peers)}  rounds={args.rounds}  cap={args.cap:g}s  "
         + (f"data={args.regression_data} sizes={args.sizes}" if kind == "regression" else

@@ -42,6 +42,21 @@ def set_blas_threads(threads: int) -> None:
     os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
 
 
+def set_cores(cores: int) -> None:
+    """Run this process on its first ``cores`` CPUs (``cores`` > 0; 0 leaves the affinity as it is),
+    before JAX starts: XLA's CPU runtime sizes its thread pool by the CPUs the process may use, and
+    runs the independent operations of a program on that pool. A warning is printed where JAX is
+    already imported, or the platform cannot set an affinity."""
+    if cores <= 0:
+        return
+    if not hasattr(os, "sched_setaffinity"):
+        log("# [warn] this platform sets no CPU affinity: --cores ignored")
+        return
+    if "jax" in sys.modules:
+        log("# [warn] jax already imported: if it has started, its thread pool keeps the CPUs it started with")
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cores])
+
+
 def environment(*packages: str) -> dict:
     """Where and with what a script ran: date, host, CPU count and load, JAX backend and devices,
     x64 and XLA flags, and the versions of ppl_sbl, JAX, NumPyro, NumPy and of any further
