@@ -1,5 +1,5 @@
 """Every Python block of README.md runs on its own, as printed: each in a fresh namespace (its own
-imports and data), in the order of the README. The first two blocks (the ten lines and the
+imports and data), in the order of the README, and ends converged (a ConvergenceWarning fails it). The first two blocks (the ten lines and the
 schedules) belong to the smoke subset (``pytest -m smoke``)."""
 import os
 import re
@@ -27,9 +27,15 @@ SMOKE = 2  # the first blocks, which need nothing beyond the package's own depen
 @pytest.mark.parametrize("index", [pytest.param(i, marks=pytest.mark.smoke) if i < SMOKE else i
                                    for i in range(len(BLOCKS))])
 def test_readme_block_runs_on_its_own(index, monkeypatch):
+    import warnings
+
     import matplotlib
+
+    from ppl_sbl import ConvergenceWarning
 
     matplotlib.use("Agg")
     monkeypatch.chdir(ROOT)
     namespace = {"__name__": "__main__"}
-    exec(compile(BLOCKS[index], f"README.md block {index}", "exec"), namespace)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        exec(compile(BLOCKS[index], f"README.md block {index}", "exec"), namespace)
