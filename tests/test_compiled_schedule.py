@@ -101,6 +101,26 @@ def test_buffers_grow_and_limits_stop_the_fit_where_the_host_loop_stops():
         np.testing.assert_allclose(b.elbo_trace, a.elbo_trace, rtol=1e-10)
 
 
+def test_capacity_grows_by_halves_past_64():
+    """The active block doubles up to 64 slots, then takes 2^k and 1.5 2^k in turn; a fit whose
+    active set passes 64 goes on in 96 slots and makes the host loop's moves."""
+    sizes = [16]
+    while sizes[-1] < 1000:
+        sizes.append(compiled._grow(sizes[-1]))
+    assert sizes == [16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024]
+    rng = np.random.default_rng(5)
+    Phi = rng.normal(size=(90, 80))
+    t = Phi[:, :6] @ rng.normal(size=6) + 0.3 * rng.normal(size=90)
+    a0, b0, e0 = 1.0, 0.5, 1e-2  # a proper prior: every resolved column enters (exact entry rule)
+    host, host_noise = _fit(Phi, t, a0, b0, e0, False)
+    assert 64 < len(host.active) <= 96
+    s = float(np.std(t))
+    work, a0s, b0s, _, offset = standard_units(Phi, a0, b0, s)
+    noise = F.GaussianNoise(t / s, e0, e0)
+    fast = F.FastFit(**compiled.run(work, noise, a0s, b0s, 1e-9, 1000, None, None, True, capacity=64))
+    _assert_same_fit(host, fast._replace(elbo_trace=fast.elbo_trace + offset), host_noise, noise)
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_compiled_classification_makes_the_host_schedules_moves(seed):
     """The Jaakkola-Jordan bound's factor, its xi extrapolated over the passes (the trace's UPDATE

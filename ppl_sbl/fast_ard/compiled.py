@@ -9,7 +9,7 @@ that nearby sizes share a program. It makes the same
 moves as the host schedule (:class:`ppl_sbl.fast_ard.schedule._Schedule`, whose docstrings give
 the rules), so the fit is the same to rounding.
 
-Where an add finds the buffers full, the program returns to the host, which doubles them and goes
+Where an add finds the buffers full, the program returns to the host, which enlarges them (:func:`_grow`) and goes
 on with the program for the larger shape (the capacities are powers of two, so that nearby
 problems share programs); where the ELBO trace's buffer is nearly full, the host takes its entries
 off and the same program goes on. A fit that reports progress returns to the host every few
@@ -322,6 +322,14 @@ def bucket(n):
     return next(size for size in (p + p // 4, p + p // 2, p + 3 * p // 4, 2 * p) if size >= n)
 
 
+def _grow(cap):
+    """The capacity after ``cap`` (:data:`CAPACITY`): doubled up to 64, then 2^k and 1.5 2^k in
+    turn (64, 96, 128, 192, 256, ...), so that a large active block is padded by at most a half."""
+    if cap < 64:
+        return 2 * cap
+    return cap * 3 // 2 if cap == _power_of_two(cap) else _power_of_two(cap)
+
+
 def _power_of_two(n):
     return 1 << max(0, int(math.ceil(math.log2(max(n, 1)))))
 
@@ -360,8 +368,8 @@ def _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact):
 
 #: The active block's first capacity (slots). The moves' and the passes' work grows with the
 #: capacity, not with the active count K (O(M cap) a move; O(M cap^2) q(w) afresh; O(cap^3) the joint
-#: Newton step), and each doubling is one more program: a fit whose K passes it goes on in buffers
-#: twice as large.
+#: Newton step), and each growth (:func:`_grow`) is one more program: a fit whose K passes it goes on
+#: in larger buffers.
 CAPACITY = 32
 
 
@@ -401,9 +409,9 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     ``ppl_sbl.fast_ard.schedule._schedule``, the result as the fields of a
     :class:`ppl_sbl.fast_ard.FastFit` (a dict). Sets the host factor to the fit's (q(gamma)'s (e, f),
     the JJ bound's xi, the weights' q(omega)). ``capacity``: the active block's first capacity (a
-    power of two, default :data:`CAPACITY`; it doubles as the fit needs, a new program); ``trace_length``: the ELBO trace's
-    buffer (default 4 M + 256 rounded up to a power of two), taken off to the host whenever it
-    fills. ``progress(passes, moves, elbo, active)``, where not None, is called at the end of the
+    power of two, default :data:`CAPACITY`; it grows as the fit needs (:func:`_grow`), a new
+    program); ``trace_length``: the ELBO trace's buffer (default 4 M + 256 rounded up to a power
+    of two), taken off to the host whenever it fills. ``progress(passes, moves, elbo, active)``, where not None, is called at the end of the
     fit and between calls of the program every ``report_interval`` seconds or so (each call runs
     as many passes as fit in that time; 0: one pass a call, a report after every pass)."""
     kind, data, (N, M) = _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact)
@@ -426,7 +434,7 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
         st, buf = _program(st, buf, data, until, kind)
         status = int(st.status)
         if status == GROW_ACTIVE:
-            cap = min(2 * cap, _power_of_two(M))
+            cap = min(_grow(cap), _power_of_two(M))
             st, buf = _grown(st, buf, cap)
             if buf.trace.shape[0] < 4 * (cap + 1):  # room for a step's entries
                 buf = take_off(buf, _power_of_two(4 * (cap + 1)))
@@ -509,7 +517,7 @@ def _run_group(st, buf, data, kind, M, cap, batch_size):
         st, buf = _programs(st, buf, data, kind, batch_size)
         status = np.asarray(st.status)
         if np.any(status == GROW_ACTIVE):
-            cap = min(2 * cap, _power_of_two(M))
+            cap = min(_grow(cap), _power_of_two(M))
             st, buf = _grown(st, buf, cap)
             buf = take_off(buf, max(buf.trace.shape[1], _power_of_two(4 * (cap + 1))))
         elif np.any(status == GROW_TRACE):
