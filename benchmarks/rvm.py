@@ -96,8 +96,8 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from benchmarks.timing import (CompileClock, Peer, environment, fmt, log, loglog_predict, set_blas_threads, set_cores,  # noqa: E402
-                               time_peers, write_record)
+from benchmarks.timing import (CompileClock, Peer, environment, fmt, log, loglog_predict,  # noqa: E402
+                               set_blas_threads, set_cores, time_peers, write_record)
 
 REFERENCE = "fastrvm"
 DELTA = 5.55

@@ -1,6 +1,7 @@
 """Every Python block of README.md runs on its own, as printed: each in a fresh namespace (its own
-imports and data), in the order of the README, and ends converged (a ConvergenceWarning fails it). The first two blocks (the ten lines and the
-schedules) belong to the smoke subset (``pytest -m smoke``)."""
+imports and data), in the order of the README, and every fit in it converges (a ConvergenceWarning
+fails it). The first two blocks (the ten lines and the schedules) belong to the smoke subset
+(``pytest -m smoke``)."""
 import os
 import re
 

@@ -9,10 +9,10 @@ that nearby sizes share a program. It makes the same
 moves as the host schedule (:class:`ppl_sbl.fast_ard.schedule._Schedule`, whose docstrings give
 the rules), so the fit is the same to rounding.
 
-Where an add finds the buffers full, the program returns to the host, which enlarges them (:func:`_grow`) and goes
-on with the program for the larger shape (the capacities are powers of two, so that nearby
-problems share programs); where the ELBO trace's buffer is nearly full, the host takes its entries
-off and the same program goes on. A fit that reports progress returns to the host every few
+Where an add finds the buffers full, the program returns to the host, which enlarges them and goes
+on with the program for the larger shape (the capacities follow one sequence, :func:`_grow`, so
+that nearby problems share programs); where the ELBO trace's buffer is nearly full, the host takes
+its entries off and the same program goes on. A fit that reports progress returns to the host every few
 passes (:data:`REPORT_INTERVAL`), which reports and calls the program again: the program holds no
 host callback, so JAX's persistent compilation cache keeps it.
 
@@ -411,9 +411,10 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     the JJ bound's xi, the weights' q(omega)). ``capacity``: the active block's first capacity (a
     power of two, default :data:`CAPACITY`; it grows as the fit needs (:func:`_grow`), a new
     program); ``trace_length``: the ELBO trace's buffer (default 4 M + 256 rounded up to a power
-    of two), taken off to the host whenever it fills. ``progress(passes, moves, elbo, active)``, where not None, is called at the end of the
-    fit and between calls of the program every ``report_interval`` seconds or so (each call runs
-    as many passes as fit in that time; 0: one pass a call, a report after every pass)."""
+    of two), taken off to the host whenever it fills. ``progress(passes, moves, elbo, active)``,
+    where not None, is called at the end of the fit and between calls of the program every
+    ``report_interval`` seconds or so (each call runs as many passes as fit in that time; 0: one
+    pass a call, a report after every pass)."""
     kind, data, (N, M) = _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact)
     cap, length = _lengths(M, capacity, trace_length)
     st, buf = _start(data, CF.host_state(factor, kind, N, *data.Phi.shape), cap, length)
