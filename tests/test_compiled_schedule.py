@@ -121,6 +121,48 @@ def test_capacity_grows_by_halves_past_64():
     _assert_same_fit(host, fast._replace(elbo_trace=fast.elbo_trace + offset), host_noise, noise)
 
 
+@pytest.mark.parametrize("lowest", [0.3, -1e-3, -0.05])
+def test_newton_step_is_undamped_where_it_can_be_and_damped_past_the_lowest_eigenvalue(lowest):
+    """The joint Newton step in ln x (host ``algebra.log_newton_step``, compiled
+    ``compiled_moves._log_newton_step``): minus the Hessian in ln x, where positive definite, is
+    solved as it is; otherwise damped by the first c of base 2^k (base 1e-12 of its largest
+    diagonal entry) that makes it so. Both against that rule applied directly (eigenvalues and a
+    dense solve), on a free subset of the slots."""
+    import jax.numpy as jnp
+
+    from ppl_sbl.fast_ard import compiled_moves
+    from ppl_sbl.fast_ard.algebra import log_newton_step
+
+    rng = np.random.default_rng(11)
+    K, cap = 6, 8
+    x = 10 ** rng.uniform(-1, 1, K)
+    g = rng.normal(size=K)
+    free = np.array([True, True, False, True, True, True])
+    # H chosen so that minus the ln-x Hessian on the free slots, -(x H x + diag(x g)), has the
+    # eigenvalues lowest, 0.5, 1, 2, 3
+    Q, _ = np.linalg.qr(rng.normal(size=(5, 5)))
+    neg = Q @ np.diag([lowest, 0.5, 1.0, 2.0, 3.0]) @ Q.T
+    neg_full = np.eye(K)
+    neg_full[np.ix_(free, free)] = neg
+    H = -(neg_full + np.diag(x * g)) / np.outer(x, x)
+    if lowest > 0:
+        damping = 0.0
+    else:
+        base = 1e-12 * np.max(np.abs(np.diag(neg)))
+        damping = next(base * 2.0**k for k in range(39) if base * 2.0**k + lowest > 0)
+    expected = np.linalg.solve(neg + damping * np.eye(len(neg)), (x * g)[free])
+    host = log_newton_step(x, g, H, free)
+    np.testing.assert_allclose(host, expected, rtol=1e-9)
+    pad = cap - K
+    step, ok = compiled_moves._log_newton_step(jnp.asarray(np.append(x, np.ones(pad))),
+                                               jnp.asarray(np.append(g, np.zeros(pad))),
+                                               jnp.asarray(np.pad(H, (0, pad))),
+                                               jnp.asarray(np.append(free, [False] * pad)))
+    assert bool(ok)
+    np.testing.assert_allclose(np.asarray(step)[:K][free], expected, rtol=1e-9)
+    np.testing.assert_array_equal(np.asarray(step)[:K][~free], 0.0)
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_compiled_classification_makes_the_host_schedules_moves(seed):
     """The Jaakkola-Jordan bound's factor, its xi extrapolated over the passes (the trace's UPDATE

@@ -419,19 +419,24 @@ def inverse_and_mean(precision, linear):
 def log_newton_step(x, g, H, free):
     """The Newton step in ln x (over the entries ``free``) of a function F of positive x with
     gradient ``g`` and Hessian ``H`` in x: in t = ln x the gradient is x g and the Hessian
-    x H x + diag(x g); minus that Hessian is damped (+ c I, c doubling from 1e-12 of its largest
-    diagonal entry) until it is positive definite. Returns the step, or None where no damping up to
+    x H x + diag(x g); minus that Hessian, where it is not positive definite, is damped (+ c I, c
+    doubling from 1e-12 of its largest diagonal entry) until it is. Returns the step, or None where no damping up to
     2^40 times that makes it so."""
     grad = (x * g)[free]
     neg = -(x[:, None] * H * x[None, :] + np.diag(x * g))[np.ix_(free, free)]
     neg = 0.5 * (neg + neg.T)
     if not np.all(np.isfinite(neg)):
         return None
+    try:  # positive definite as it is: no damping
+        factor = scipy.linalg.cho_factor(neg, check_finite=False)
+        return scipy.linalg.cho_solve(factor, grad, check_finite=False)
+    except np.linalg.LinAlgError:
+        pass
     base = 1e-12 * (float(np.max(np.abs(np.diag(neg)))) or 1.0)
-    # the damping sequence 0, base, 2 base, ... 2^38 base, entered where its terms first exceed
+    # the damping sequence base, 2 base, ... 2^38 base, entered where its terms first exceed
     # minus the lowest eigenvalue (the factorisation decides: rounding may need one more)
     lowest = float(np.linalg.eigvalsh(neg)[0])
-    power = 0 if lowest > 0 else 1 + max(0, math.ceil(math.log2(max(-lowest / base, 1.0))))
+    power = 1 if lowest > 0 else 1 + max(0, math.ceil(math.log2(max(-lowest / base, 1.0))))
     for attempt in range(power, 40):
         damping = 0.0 if attempt == 0 else base * 2.0 ** (attempt - 1)
         try:

@@ -142,13 +142,19 @@ def _log_newton_step(x, g, H, free):
     neg = jnp.where(finite, neg, jnp.eye(neg.shape[0]))
     top = jnp.max(jnp.where(free, jnp.abs(jnp.diag(neg)), 0.0))
     base = 1e-12 * jnp.where(top > 0, top, 1.0)
-    lowest = jnp.linalg.eigvalsh(neg)[0]
-    power = jnp.where(lowest > 0, 0, 1 + jnp.maximum(0, jnp.ceil(jnp.log2(jnp.maximum(-lowest / base, 1.0)))))
     eye = jnp.diag(jnp.where(free, 1.0, 0.0))
 
     def attempt(n):
         damping = jnp.where(n == 0, 0.0, base * 2.0 ** (n - 1))
         return jnp.linalg.cholesky(neg + damping * eye)
+
+    def damped_start(_):  # not positive definite as it is: the damping past minus the lowest eigenvalue
+        lowest = jnp.linalg.eigvalsh(neg)[0]
+        return jnp.where(lowest > 0, 1, 1 + jnp.maximum(0, jnp.ceil(jnp.log2(jnp.maximum(-lowest / base, 1.0)))))
+
+    undamped = attempt(0)
+    plain = jnp.all(jnp.isfinite(undamped))
+    power = lax.cond(plain, lambda _: jnp.zeros((), jnp.float64), damped_start, None)
 
     def cond(carry):
         n, L = carry
@@ -159,7 +165,7 @@ def _log_newton_step(x, g, H, free):
         return n + 1, attempt(n + 1)
 
     n0 = power.astype(jnp.int32)
-    n, L = lax.while_loop(cond, body, (n0, attempt(n0)))
+    n, L = lax.while_loop(cond, body, (n0, lax.cond(plain, lambda _: undamped, lambda _: attempt(n0), None)))
     ok = finite & (n < _DAMPINGS) & jnp.all(jnp.isfinite(L))
     L = jnp.where(ok, L, jnp.eye(L.shape[0]))
     step = jax.scipy.linalg.cho_solve((L, True), grad)
