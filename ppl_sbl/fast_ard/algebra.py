@@ -420,8 +420,8 @@ def log_newton_step(x, g, H, free):
     """The Newton step in ln x (over the entries ``free``) of a function F of positive x with
     gradient ``g`` and Hessian ``H`` in x: in t = ln x the gradient is x g and the Hessian
     x H x + diag(x g); minus that Hessian, where it is not positive definite, is damped (+ c I, c
-    doubling from 1e-12 of its largest diagonal entry) until it is. Returns the step, or None where no damping up to
-    2^40 times that makes it so."""
+    doubling from 1e-12 of its largest diagonal entry) until it is. Returns the step, or None where
+    no damping up to 2^38 times that makes it so."""
     grad = (x * g)[free]
     neg = -(x[:, None] * H * x[None, :] + np.diag(x * g))[np.ix_(free, free)]
     neg = 0.5 * (neg + neg.T)
@@ -438,7 +438,7 @@ def log_newton_step(x, g, H, free):
     lowest = float(np.linalg.eigvalsh(neg)[0])
     power = 1 if lowest > 0 else 1 + max(0, math.ceil(math.log2(max(-lowest / base, 1.0))))
     for attempt in range(power, 40):
-        damping = 0.0 if attempt == 0 else base * 2.0 ** (attempt - 1)
+        damping = base * 2.0 ** (attempt - 1)
         try:
             factor = scipy.linalg.cho_factor(neg + damping * np.eye(len(grad)), check_finite=False)
             return scipy.linalg.cho_solve(factor, grad, check_finite=False)
