@@ -17,6 +17,7 @@ COMMON = {"status", "seconds", "min_seconds", "rounds", "first_call_seconds",
 REGRESSION_FIELDS = {
     "fastrvm": {"rmse", "coef", "coef_columns", "n_iter", "beta", "fit_status"},
     "sequential_sbl": {"rmse", "coef", "coef_columns", "log_marginal_likelihood", "moves", "stop_reason"},
+    "sequential_sbl_compiled": {"rmse", "coef", "coef_columns", "log_marginal_likelihood", "moves", "stop_reason"},
     "sequential_sbl_exact": {"rmse", "coef", "coef_columns", "log_marginal_likelihood", "moves", "stop_reason"},
     "sequential_sbl_exact_guarded": {"rmse", "coef", "coef_columns", "log_marginal_likelihood", "moves", "stop_reason"},
     "cavi_fast": {"rmse", "elbo", "num_sweeps"},
@@ -77,10 +78,16 @@ def test_rvm_bench_quick_regression(tmp_path):
 
         # predictions recomputed from the recorded columns and coefficients (our numbering)
         problem = bench.regression_problem(r["n"])
-        for name in ("fastrvm", "sequential_sbl", "sequential_sbl_exact", "sequential_sbl_exact_guarded"):
+        for name in ("fastrvm", "sequential_sbl", "sequential_sbl_compiled", "sequential_sbl_exact",
+                     "sequential_sbl_exact_guarded"):
             rec = r["peers"][name]
             pred = problem.Phi_test[:, rec["coef_columns"]] @ np.asarray(rec["coef"])
             assert rec["rmse"] == pytest.approx(float(np.sqrt(np.mean((pred - problem.t_test) ** 2))), rel=1e-12)
+        # the compiled type-II fit is the loop's: the same moves, columns and L
+        loop, compiled = r["peers"]["sequential_sbl"], r["peers"]["sequential_sbl_compiled"]
+        assert (compiled["moves"], compiled["relevance_columns"]) == (loop["moves"], loop["relevance_columns"])
+        assert compiled["log_marginal_likelihood"] == pytest.approx(loop["log_marginal_likelihood"], rel=1e-10)
+        assert r["goals"]["fastest_type2_ratio"]["value"] == min(loop["ratio_to_fastrvm"], compiled["ratio_to_fastrvm"])
 
         # the overlap of the type-II fits with fastrvm's columns
         theirs = set(ref["relevance_columns"])

@@ -85,7 +85,7 @@ def _initial_state(D, y, rows, noise_var):
 
 
 def fit(D, y, *, noise_var, update_noise=False, noise_every=1, tol=None, max_steps=100000, rows=None,
-        refresh_every=500, align_tol=0.0, max_alignment=None, progress_bar=None):
+        refresh_every=500, align_tol=0.0, max_alignment=None, progress_bar=None, compiled=False):
     """Fast marginal likelihood maximisation (Tipping & Faul 2003), a deterministic path.
 
     Parameters
@@ -112,7 +112,7 @@ def fit(D, y, *, noise_var, update_noise=False, noise_every=1, tol=None, max_ste
         :func:`resume`); ``1e-13`` reaches it to rounding.
     rows : (N,) int, optional
         The points of ``D`` at which y was sampled (default: row n of D for sample n).
-    refresh_every, align_tol, max_alignment : see :func:`resume`.
+    refresh_every, align_tol, max_alignment, compiled : see :func:`resume`.
 
     Returns
     -------
@@ -127,11 +127,11 @@ def fit(D, y, *, noise_var, update_noise=False, noise_every=1, tol=None, max_ste
     state = _initial_state(D, y, rows, float(noise_var))
     return resume(state, update_noise=update_noise, noise_every=noise_every, tol=tol, max_steps=max_steps,
                   refresh_every=refresh_every, align_tol=align_tol, max_alignment=max_alignment,
-                  progress_bar=progress_bar)
+                  progress_bar=progress_bar, compiled=compiled)
 
 
 def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=None, max_steps=100000, refresh_every=500,
-           align_tol=0.0, max_alignment=None, progress_bar=None):
+           align_tol=0.0, max_alignment=None, progress_bar=None, compiled=False):
     """Go on maximising L from ``state`` (after :func:`add_sample` or :func:`add_basis`).
 
     ``tol=None`` (default), the practical rule (Tipping's SparseBayes): a move is *significant*
@@ -189,6 +189,14 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=None, max_
     on). This happens where sigma^2 is tiny (the noise re-estimated towards 0 on a dictionary that
     can interpolate the data: L's terms grow as 1 / sigma^2) or the dictionary is ill-conditioned;
     there the tolerance alone would let the fit trade rounding errors for ever.
+
+    ``compiled``: run the steps in one compiled XLA program (:mod:`.compiled`; dense designs
+    only): the same steps, moves and L to rounding, without the Python loop's cost per step, which
+    dominates small fits. The first call at a new shape compiles the program (kept in JAX's
+    persistent cache where :func:`ppl_sbl.compilation_cache` has switched it on). Where the host
+    schedule would go back to an earlier state (``rollbacks``) or meet statistics that are not
+    numbers, the fit is run again by the host schedule. ``trace_seconds`` then holds, for each
+    entry, the time at which the program call that made it returned.
     """
     if int(noise_every) < 1:
         raise ValueError(f"`noise_every` must be >= 1; got {noise_every!r}.")
@@ -198,13 +206,19 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=None, max_
     elif not (float(tol) > 0):
         raise ValueError(f"`tol` must be None or > 0; got {tol!r}.")
     start = time.perf_counter()
-    work = Workspace(state, keep_gram=update_noise)
-    work.align_tol = float(align_tol)
     if max_alignment is None and practical:
         max_alignment = MAX_ALIGNMENT
+    if max_alignment is not None and not 0.0 < float(max_alignment) <= 1.0:
+        raise ValueError(f"`max_alignment` must be in (0, 1] or None; got {max_alignment!r}.")
+    if compiled:
+        done = _compiled(state, update_noise=update_noise, noise_every=int(noise_every), tol=tol, practical=practical,
+                         max_steps=max_steps, refresh_every=refresh_every, align_tol=float(align_tol),
+                         max_alignment=max_alignment, progress_bar=progress_bar, start=start)
+        if done is not None:
+            return done
+    work = Workspace(state, keep_gram=update_noise)
+    work.align_tol = float(align_tol)
     if max_alignment is not None:
-        if not 0.0 < float(max_alignment) <= 1.0:
-            raise ValueError(f"`max_alignment` must be in (0, 1] or None; got {max_alignment!r}.")
         work.init_alignment(max_alignment)
     bar = _bar(progress_bar, max_steps)
     schedule = Schedule(work, tol=tol, practical=practical, update_noise=update_noise,
@@ -216,6 +230,29 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=None, max_
         warn_unconverged("the sequential SBL", max_steps, "max_steps")
     return work.state(converged=converged, seconds=time.perf_counter() - start,
                       stop_reason=stop_reason if converged or stop_reason == "ill-conditioned" else "max_steps")
+
+
+def _compiled(state, *, progress_bar, start, max_steps, **settings):
+    """:func:`resume` in the compiled program (:func:`.compiled.run`); None where the host schedule
+    must run instead."""
+    from . import compiled as C
+
+    if not C.supports(state):
+        raise ValueError("`compiled=True` needs a dense design matrix (a NumPy array or a dense dictionary); "
+                         "fit other dictionaries with `compiled=False`.")
+    bar = _bar(progress_bar, max_steps)
+    out = C.run(state, max_steps=int(max_steps), rounding=max(1e3 * settings["tol"], 1e-10), bar=bar, start=start,
+                **settings)
+    if bar is not None:
+        bar.close()
+    if out is None:
+        return None
+    fields, converged, reason = out
+    if not converged:
+        warn_unconverged("the sequential SBL", max_steps, "max_steps")
+    Sigma = fields.pop("Sigma")
+    return state.replace(Sigma=Sigma, converged=converged, stop_reason=reason, seconds=time.perf_counter() - start,
+                         **fields)
 
 
 @dataclasses.dataclass
