@@ -48,7 +48,7 @@ _NOISE_HALVINGS = 6  # ``Workspace.reestimate_noise``'s max_halvings
 _JOINT_HALVINGS = 6  # ``Workspace.joint_step``'s
 _RADIUS = 1.0
 _BISECTIONS = 30
-CAPACITY = 32  # the active block's first capacity
+CAPACITY = 16  # the active block's first capacity
 
 
 class Data(NamedTuple):
@@ -600,10 +600,42 @@ def _step(f, data):
 
 
 def _steps(f, data):
-    """Steps until the fit stops, a buffer needs room, or step ``f.until``."""
+    """Steps until the fit stops, a buffer needs room, or step ``f.until``. Returns the fit and
+    :func:`_pack` of it."""
     f = f._replace(status=jnp.where((f.status == GROW_ACTIVE) | (f.status == GROW_TRACE), RUNNING, f.status))
     f = lax.while_loop(lambda f: (f.status == RUNNING) & (f.step < f.until), lambda f: _step(f, data), f)
-    return f._replace(status=f.status.astype(jnp.int64), reason=f.reason.astype(jnp.int64))
+    f = f._replace(status=f.status.astype(jnp.int64), reason=f.reason.astype(jnp.int64))
+    return f, _pack(f)
+
+
+_COUNTS = ("status", "reason", "step", "K", "length", "drift_n")
+
+
+def _pack(f):
+    """What the host reads of a fit, in two arrays (one transfer each): the counts
+    (:data:`_COUNTS`), the slots' functions, the trace's kinds and functions and the drifts'
+    move counts (int64); sigma^2, L, alpha, mu, Sigma, S, Q, the trace and the drifts (float64)."""
+    counts = jnp.stack([getattr(f, name).astype(jnp.int64) for name in _COUNTS])
+    ints = jnp.concatenate([counts, f.index.astype(jnp.int64), f.kinds.astype(jnp.int64),
+                            f.which.astype(jnp.int64), f.drift_at.astype(jnp.int64)])
+    floats = jnp.concatenate([jnp.stack([f.noise, f.L]), f.alpha, f.mu, f.Sigma.ravel(), f.S, f.Q, f.trace, f.drift])
+    return ints, floats
+
+
+def _unpack(packed, f):
+    """:func:`_pack`'s arrays (host NumPy) as a dict of the fields, ``f`` giving the sizes."""
+    ints, floats = packed
+    out = dict(zip(_COUNTS, ints[:len(_COUNTS)].tolist()))
+    sizes_i = [("index", f.index.size), ("kinds", f.kinds.size), ("which", f.which.size), ("drift_at", f.drift_at.size)]
+    sizes_f = [("noise", 1), ("L", 1), ("alpha", f.alpha.size), ("mu", f.mu.size), ("Sigma", f.Sigma.size),
+               ("S", f.S.size), ("Q", f.Q.size), ("trace", f.trace.size), ("drift", f.drift.size)]
+    for values, sizes, at in ((ints, sizes_i, len(_COUNTS)), (floats, sizes_f, 0)):
+        for name, size in sizes:
+            out[name] = values[at:at + size]
+            at += size
+    out["Sigma"] = out["Sigma"].reshape(f.Sigma.shape)
+    out["noise"], out["L"] = float(out["noise"][0]), float(out["L"][0])
+    return out
 
 
 _program = jax.jit(_steps, donate_argnums=(0,), compiler_options=OPTIONS)
@@ -715,68 +747,67 @@ def run(state, *, update_noise, noise_every, tol, practical, max_steps, refresh_
     f = _start(state, data, D, cap, length, refresh_every, max_alignment)
     trace, kinds, which, drifts, seconds = [], [], [], [], []
 
-    def take_off(f):
-        host = jax.device_get((f.trace, f.kinds, f.which, f.length, f.drift_at, f.drift, f.drift_n))
-        n, r = int(host[3]), int(host[6])
-        trace.append(np.asarray(host[0][:n]))
-        kinds.append(np.asarray(host[1][:n]))
-        which.append(np.asarray(host[2][:n]))
-        drifts.extend(zip(np.asarray(host[4][:r]).tolist(), np.asarray(host[5][:r]).tolist()))
+    def take_off(f, out):
+        n, r = out["length"], out["drift_n"]
+        trace.append(out["trace"][:n])
+        kinds.append(out["kinds"][:n])
+        which.append(out["which"][:n])
+        drifts.extend(zip(out["drift_at"][:r].tolist(), out["drift"][:r].tolist()))
         seconds.extend([time.perf_counter() - start] * n)
         return f._replace(length=np.int32(0), drift_n=np.int32(0))
 
     chunk = int(max_steps) if bar is None else 50
     f = f._replace(until=np.int64(min(chunk, int(max_steps))))
     while True:
-        f = _program(f, data)
-        status = int(f.status)
+        f, packed = _program(f, data)
+        out = _unpack(jax.device_get(packed), f)
+        status = out["status"]
         if status == GROW_ACTIVE:
             cap = min(_grow(cap), _power_of_two(Mp))
             f = _grown(f, cap)
         elif status == GROW_TRACE:
-            f = take_off(f)
-        elif status == RUNNING and int(f.step) >= int(max_steps):
+            f = take_off(f, out)
+        elif status == RUNNING and out["step"] >= int(max_steps):
             status = STOPPED
             break
         elif status == RUNNING:  # paused for the progress bar
             if bar is not None:
-                bar.update(int(f.step) - bar.n)
-                bar.set_postfix(L=f"{float(f.L):.4f}", active=int(f.K))
-            f = f._replace(until=np.int64(min(int(f.step) + chunk, int(max_steps))))
+                bar.update(out["step"] - bar.n)
+                bar.set_postfix(L=f"{out['L']:.4f}", active=out["K"])
+            f = f._replace(until=np.int64(min(out["step"] + chunk, int(max_steps))))
         else:
             break
     if status == BAIL:
         return None
-    f = take_off(f)
-    out = jax.device_get(f)
-    K = int(out.K)
-    active = np.asarray(out.index[:K], dtype=np.int64)
+    take_off(f, out)
+    K = out["K"]
+    active = out["index"][:K].copy()
     names = [KINDS[k] for k in np.concatenate(kinds).tolist()]
     moves = [(name, int(m)) for name, m in zip(names, np.concatenate(which).tolist())]
     base = len(state.moves)
-    fields = dict(noise_var=float(out.noise), active=active, alpha=np.asarray(out.alpha[:M]).copy(),
-                  mu=np.asarray(out.mu[:K]).copy(), Sigma=np.asarray(out.Sigma[:K, :K]).copy(),
-                  S=np.asarray(out.S[:M]).copy(), Q=np.asarray(out.Q[:M]).copy(),
+    fields = dict(noise_var=out["noise"], active=active, alpha=out["alpha"][:M].copy(), mu=out["mu"][:K].copy(),
+                  Sigma=out["Sigma"][:K, :K].copy(), S=out["S"][:M].copy(), Q=out["Q"][:M].copy(),
                   trace=list(state.trace) + np.concatenate(trace).tolist(), moves=list(state.moves) + moves,
                   trace_seconds=seconds, refresh_drift=list(state.refresh_drift) + [(base + a, d) for a, d in drifts],
                   rollbacks=list(state.rollbacks))
     converged = status == CONVERGED
-    reason = ("practical", "tolerance", "rounding")[int(out.reason)] if converged else "max_steps"
+    reason = ("practical", "tolerance", "rounding")[out["reason"]] if converged else "max_steps"
     if bar is not None:
-        bar.update(int(out.step) - bar.n)
+        bar.update(out["step"] - bar.n)
     fields["log_marginal_likelihood"] = exact_L(state, D, fields)
     return fields, converged, reason
 
 
 def exact_L(state, D, fields):
-    """L recomputed from scratch at the fit's alpha and sigma^2 (``Workspace.state``'s, block by
-    block)."""
+    """L recomputed from scratch at the fit's alpha and sigma^2 (``Workspace.state``'s) with one
+    factorisation of the active block (the host's block by block factorisation of a block-diagonal
+    matrix gives the same factors)."""
     from . import algebra
 
     a = fields["active"]
     Da = D[:, a]
     G = Da.T @ Da
-    blocks = algebra.blocks_of(algebra.components(G)) if len(a) else []
+    blocks = [np.arange(len(a))[None, :]] if len(a) else []
     L, _ = algebra.likelihoods([fields["noise_var"]], blocks, G, fields["alpha"][a], state.Dty[a], state.y,
                                state.yty, lambda X: Da @ X)
     return float(L[0])
