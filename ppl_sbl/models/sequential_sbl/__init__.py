@@ -39,8 +39,9 @@ The package, bottom to top: :mod:`.program` (the model and its guide), :mod:`.de
 design matrix and products with it), :mod:`.algebra` (rank-one updates, block factorisations),
 :mod:`.state` (:class:`SBLState`, :func:`predict`), :mod:`.gains` (the gains of the three moves),
 :mod:`.workspace` (the rank-one moves on mutable buffers), :mod:`.schedule` (:func:`fit`,
-:func:`resume`), :mod:`.online` (:func:`add_sample`, :func:`add_basis`,
-:func:`log_marginal_likelihood`) and :mod:`.maps` (the uncertainty maps of section 4).
+:func:`resume`), :mod:`.compiled` (the same steps as one compiled XLA program, ``compiled=True``),
+:mod:`.online` (:func:`add_sample`, :func:`add_basis`, :func:`log_marginal_likelihood`) and
+:mod:`.maps` (the uncertainty maps of section 4).
 """
 from __future__ import annotations
 
