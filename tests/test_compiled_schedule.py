@@ -106,7 +106,7 @@ def test_capacity_grows_by_halves_past_64():
     active set passes 64 goes on in 96 slots and makes the host loop's moves."""
     sizes = [16]
     while sizes[-1] < 1000:
-        sizes.append(compiled._grow(sizes[-1]))
+        sizes.append(compiled.grow(sizes[-1]))
     assert sizes == [16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024]
     rng = np.random.default_rng(5)
     Phi = rng.normal(size=(90, 80))

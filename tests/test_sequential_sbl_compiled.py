@@ -9,9 +9,14 @@ import pytest
 from ppl_sbl import basis
 from ppl_sbl.models import sequential_sbl as ss
 from ppl_sbl.models.sequential_sbl import compiled as C
+from ppl_sbl.models.sequential_sbl import compiled_steps as P
 from ppl_sbl.validation import ConvergenceWarning
 
 from test_sequential_sbl import check_against_direct, problem
+
+
+RULES = dict(log_alpha_tol=ss.LOG_ALPHA_TOL, log_noise_tol=ss.LOG_NOISE_TOL,
+             joint_max_active=ss.schedule.JOINT_MAX_ACTIVE)
 
 
 def assert_same_fit(host, comp):
@@ -114,15 +119,15 @@ def test_compiled_fit_hands_over_to_the_host_where_statistics_fail(monkeypatch):
     where exact statistics are NaN too) or would go back to an earlier state, it stops and the host
     schedule fits from the start: the result is the host's."""
     D, y, _ = problem(2)
-    real_gains, handed = C._gains, []
+    real_gains, handed = P._gains, []
 
     def nan_from_step_5(f, data):
         gain, new, nan = real_gains(f, data)
         return gain, new, nan | (f.step >= 5)
 
-    monkeypatch.setattr(C, "_gains", nan_from_step_5)
+    monkeypatch.setattr(P, "_gains", nan_from_step_5)
     # a new function (JAX keeps the trace of a function it has traced): traced with the patch
-    monkeypatch.setattr(C, "_program", C.jax.jit(lambda f, data: C._steps(f, data)))
+    monkeypatch.setattr(C, "_program", C.jax.jit(lambda f, data: P.steps(f, data)))
     real_run = C.run
     monkeypatch.setattr(C, "run", lambda *a, **k: handed.append(real_run(*a, **k)) or handed[-1])
     comp = ss.fit(D, y, noise_var=0.5, update_noise=True, compiled=True)
@@ -137,15 +142,15 @@ def test_compiled_refresh_that_finds_L_fallen_hands_over():
     st = ss.fit(D, y, noise_var=0.5, update_noise=True)
     design = ss.design.design_of(st, prefer_sparse=True)
     data, _ = C._data(st, design, design.sq_norms(), tol=1e-13, practical=True, update_noise=True, noise_every=1,
-                      max_steps=100, refresh_every=500, align_tol=0.0, max_alignment=None, rounding=1e-10)
+                      max_steps=100, refresh_every=500, align_tol=0.0, max_alignment=None, rounding=1e-10, **RULES)
     f = C._start(st, data, design.dense, 32, 64, 500, None)
     f, data = C.jax.device_put((f._replace(step=np.int64(20), last_refresh=np.int64(3)), data))
     L = st.log_marginal_likelihood
-    kept = C._refresh_at(f._replace(checkpoint_L=np.float64(L - 1e-3)), data)
-    assert int(kept.status) == C.RUNNING and float(kept.checkpoint_L) == pytest.approx(L, rel=1e-12)
+    kept = P._refresh_at(f._replace(checkpoint_L=np.float64(L - 1e-3)), data)
+    assert int(kept.status) == P.RUNNING and float(kept.checkpoint_L) == pytest.approx(L, rel=1e-12)
     assert float(kept.L) == pytest.approx(L, rel=1e-12) and int(kept.last_refresh) == 20
-    fell = C._refresh_at(f._replace(checkpoint_L=np.float64(L + 1e-3)), data)
-    assert int(fell.status) == C.BAIL
+    fell = P._refresh_at(f._replace(checkpoint_L=np.float64(L + 1e-3)), data)
+    assert int(fell.status) == P.BAIL
 
 
 def test_compiled_fit_needs_a_dense_design():
@@ -188,7 +193,7 @@ def test_compiled_fit_on_an_ill_conditioned_dictionary_ends_at_an_exact_optimum(
 
 
 def test_compiled_gains_of_a_function_the_data_determine():
-    """The program's gains (``_gains``) where an active function has alpha_m -> 0 and its small
+    """The program's gains (``compiled_steps._gains``) where an active function has alpha_m -> 0 and its small
     factors must come from Sigma_mm and mu_m (S_m alone has lost every digit): every move's gain
     against two direct evaluations of L (K x K)."""
     from ppl_sbl.models.sequential_sbl.schedule import _initial_state
@@ -213,9 +218,9 @@ def test_compiled_gains_of_a_function_the_data_determine():
         active=act, alpha=alpha, mu=mu, Sigma=Sigma, S=S, Q=Q)
     design = ss.design.design_of(st, prefer_sparse=True)
     data, _ = C._data(st, design, design.sq_norms(), tol=1e-13, practical=False, update_noise=False, noise_every=1,
-                      max_steps=1, refresh_every=500, align_tol=0.0, max_alignment=None, rounding=1e-10)
+                      max_steps=1, refresh_every=500, align_tol=0.0, max_alignment=None, rounding=1e-10, **RULES)
     f = C._start(st, data, D, 8, 64, 500, None)
-    gain, new, nan = C.jax.jit(C._gains)(f, data)
+    gain, new, nan = C.jax.jit(P._gains)(f, data)
     gain, new = np.asarray(gain)[:M], np.asarray(new)[:M]
     assert not bool(nan)
     L0 = kk_L(D, y, alpha, noise_var)

@@ -10,7 +10,7 @@ moves as the host schedule (:class:`ppl_sbl.fast_ard.schedule._Schedule`, whose 
 the rules), so the fit is the same to rounding.
 
 Where an add finds the buffers full, the program returns to the host, which enlarges them and goes
-on with the program for the larger shape (the capacities follow one sequence, :func:`_grow`, so
+on with the program for the larger shape (the capacities follow one sequence, :func:`grow`, so
 that nearby problems share programs); where the ELBO trace's buffer is nearly full, the host takes
 its entries off and the same program goes on. A fit that reports progress returns to the host every few
 passes (:data:`REPORT_INTERVAL`), which reports and calls the program again: the program holds no
@@ -40,7 +40,7 @@ from .compiled_state import (CONVERGED, GROW_ACTIVE, GROW_TRACE, MOVES, PASS_END
                              Data, State, flush, record, slots)
 from .passes import MOVES_PER_COEFFICIENT, REESTIMATE, UPDATE
 
-__all__ = ["supports", "run", "run_many", "bucket"]
+__all__ = ["supports", "run", "run_many", "bucket", "grow", "power_of_two"]
 
 
 
@@ -322,15 +322,16 @@ def bucket(n):
     return next(size for size in (p + p // 4, p + p // 2, p + 3 * p // 4, 2 * p) if size >= n)
 
 
-def _grow(cap):
+def grow(cap):
     """The capacity after ``cap`` (:data:`CAPACITY`): doubled up to 64, then 2^k and 1.5 2^k in
     turn (64, 96, 128, 192, 256, ...), so that a large active block is padded by at most a half."""
     if cap < 64:
         return 2 * cap
-    return cap * 3 // 2 if cap == _power_of_two(cap) else _power_of_two(cap)
+    return cap * 3 // 2 if cap == power_of_two(cap) else power_of_two(cap)
 
 
-def _power_of_two(n):
+def power_of_two(n):
+    """The smallest power of two that is at least n (1 for n <= 1)."""
     return 1 << max(0, int(math.ceil(math.log2(max(n, 1)))))
 
 
@@ -368,15 +369,15 @@ def _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact):
 
 #: The active block's first capacity (slots). The moves' and the passes' work grows with the
 #: capacity, not with the active count K (O(M cap) a move; O(M cap^2) q(w) afresh; O(cap^3) the joint
-#: Newton step), and each growth (:func:`_grow`) is one more program: a fit whose K passes it goes on
+#: Newton step), and each growth (:func:`grow`) is one more program: a fit whose K passes it goes on
 #: in larger buffers.
 CAPACITY = 32
 
 
 def _lengths(M, capacity, trace_length):
     """The active block's first capacity (default :data:`CAPACITY`) and the trace buffer's length."""
-    cap = min(_power_of_two(M), _power_of_two(CAPACITY if capacity is None else capacity))
-    length = _power_of_two(max(4 * M + 256 if trace_length is None else trace_length, 4 * (cap + 1)))
+    cap = min(power_of_two(M), power_of_two(CAPACITY if capacity is None else capacity))
+    length = power_of_two(max(4 * M + 256 if trace_length is None else trace_length, 4 * (cap + 1)))
     return cap, length
 
 
@@ -409,7 +410,7 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     ``ppl_sbl.fast_ard.schedule._schedule``, the result as the fields of a
     :class:`ppl_sbl.fast_ard.FastFit` (a dict). Sets the host factor to the fit's (q(gamma)'s (e, f),
     the JJ bound's xi, the weights' q(omega)). ``capacity``: the active block's first capacity (a
-    power of two, default :data:`CAPACITY`; it grows as the fit needs (:func:`_grow`), a new
+    power of two, default :data:`CAPACITY`; it grows as the fit needs (:func:`grow`), a new
     program); ``trace_length``: the ELBO trace's buffer (default 4 M + 256 rounded up to a power
     of two), taken off to the host whenever it fills. ``progress(passes, moves, elbo, active)``,
     where not None, is called at the end of the fit and between calls of the program every
@@ -435,10 +436,10 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
         st, buf = _program(st, buf, data, until, kind)
         status = int(st.status)
         if status == GROW_ACTIVE:
-            cap = min(_grow(cap), _power_of_two(M))
+            cap = min(grow(cap), power_of_two(M))
             st, buf = _grown(st, buf, cap)
             if buf.trace.shape[0] < 4 * (cap + 1):  # room for a step's entries
-                buf = take_off(buf, _power_of_two(4 * (cap + 1)))
+                buf = take_off(buf, power_of_two(4 * (cap + 1)))
         elif status == GROW_TRACE:
             buf = take_off(buf, buf.trace.shape[0])
         elif status == RUNNING:  # paused for a report: the passes before pass `until` are done
@@ -518,9 +519,9 @@ def _run_group(st, buf, data, kind, M, cap, batch_size):
         st, buf = _programs(st, buf, data, kind, batch_size)
         status = np.asarray(st.status)
         if np.any(status == GROW_ACTIVE):
-            cap = min(_grow(cap), _power_of_two(M))
+            cap = min(grow(cap), power_of_two(M))
             st, buf = _grown(st, buf, cap)
-            buf = take_off(buf, max(buf.trace.shape[1], _power_of_two(4 * (cap + 1))))
+            buf = take_off(buf, max(buf.trace.shape[1], power_of_two(4 * (cap + 1))))
         elif np.any(status == GROW_TRACE):
             buf = take_off(buf, buf.trace.shape[1])
         else:

@@ -242,7 +242,7 @@ def _compiled(state, *, progress_bar, start, max_steps, **settings):
                          "fit other dictionaries with `compiled=False`.")
     bar = _bar(progress_bar, max_steps)
     out = C.run(state, max_steps=int(max_steps), rounding=max(1e3 * settings["tol"], 1e-10), bar=bar, start=start,
-                **settings)
+                log_alpha_tol=LOG_ALPHA_TOL, log_noise_tol=LOG_NOISE_TOL, joint_max_active=JOINT_MAX_ACTIVE, **settings)
     if bar is not None:
         bar.close()
     if out is None:
