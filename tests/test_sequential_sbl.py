@@ -606,11 +606,11 @@ def least_squares_statistics(D, y, alpha, noise_var, active):
     return L, S, Q, np.sum(Rinv**2, axis=1), coef[:, -1], r.T @ r
 
 
-def test_small_factors_of_a_function_the_data_determine():
-    """An active function with alpha_m -> 0 (its coefficient fixed by the data, as on overlapping
-    RBF dictionaries): S_m = alpha_m s_m / (alpha_m + s_m) sits at alpha_m, and s_m from S_m
-    subtracts two equal numbers. From Sigma_mm and mu_m it is exact: against s_m, q_m of C without
-    function m (N x N), and every move's gain against two direct evaluations of L."""
+def determined_function_problem():
+    """RBFs on 40 points, five active functions, one of them (function 4) with alpha = 1e-12 (its
+    coefficient fixed by the data): (D, y, active, alpha, sigma^2, Sigma, mu, S, Q), the statistics
+    as the fit's exact refresh forms them (K x K): S_m = beta ||d_m||^2 - beta^2 d_m^T D_a Sigma
+    D_a^T d_m."""
     rng = np.random.default_rng(5)
     N, M, noise_var = 40, 12, 0.01
     x = np.linspace(-3, 3, N)
@@ -621,14 +621,21 @@ def test_small_factors_of_a_function_the_data_determine():
     alpha[act] = rng.uniform(0.5, 2.0, size=5)
     alpha[4] = 1e-12
     beta = 1.0 / noise_var
-    # the statistics as the fit's exact refresh forms them (K x K): S_m = beta ||d_m||^2 - beta^2
-    # d_m^T D_a Sigma D_a^T d_m
-    H = np.diag(alpha[act]) + beta * D[:, act].T @ D[:, act]
-    Sigma = np.linalg.inv(H)
+    Sigma = np.linalg.inv(np.diag(alpha[act]) + beta * D[:, act].T @ D[:, act])
     mu = beta * Sigma @ D[:, act].T @ y
     R = D.T @ D[:, act]
     S = beta * np.sum(D**2, axis=0) - beta**2 * np.einsum("mk,kl,ml->m", R, Sigma, R)
     Q = beta * D.T @ y - beta**2 * R @ Sigma @ D[:, act].T @ y
+    return D, y, act, alpha, noise_var, Sigma, mu, S, Q
+
+
+def test_small_factors_of_a_function_the_data_determine():
+    """An active function with alpha_m -> 0 (its coefficient fixed by the data, as on overlapping
+    RBF dictionaries): S_m = alpha_m s_m / (alpha_m + s_m) sits at alpha_m, and s_m from S_m
+    subtracts two equal numbers. From Sigma_mm and mu_m it is exact: against s_m, q_m of C without
+    function m (N x N), and every move's gain against two direct evaluations of L."""
+    D, y, act, alpha, noise_var, Sigma, mu, S, Q = determined_function_problem()
+    N = len(y)
     # s_4, q_4 directly: C without function 4 is well conditioned
     rest = act[act != 4]
     C = noise_var * np.eye(N) + (D[:, rest] / alpha[rest]) @ D[:, rest].T

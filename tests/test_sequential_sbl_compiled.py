@@ -196,23 +196,10 @@ def test_compiled_gains_of_a_function_the_data_determine():
     factors must come from Sigma_mm and mu_m (S_m alone has lost every digit): every move's gain
     against two direct evaluations of L (K x K)."""
     from ppl_sbl.models.sequential_sbl.schedule import _initial_state
-    from test_sequential_sbl import kk_L
+    from test_sequential_sbl import determined_function_problem, kk_L
 
-    rng = np.random.default_rng(5)
-    N, M, noise_var = 40, 12, 0.01
-    x = np.linspace(-3, 3, N)
-    D = np.exp(-((x[:, None] - np.linspace(-3, 3, M)[None, :]) ** 2) / 2.0)
-    y = np.sin(2 * x) + 0.05 * rng.normal(size=N)
-    act = np.array([1, 3, 4, 6, 9])
-    alpha = np.full(M, np.inf)
-    alpha[act] = rng.uniform(0.5, 2.0, size=5)
-    alpha[4] = 1e-12
-    beta = 1.0 / noise_var
-    Sigma = np.linalg.inv(np.diag(alpha[act]) + beta * D[:, act].T @ D[:, act])
-    mu = beta * Sigma @ D[:, act].T @ y
-    R = D.T @ D[:, act]
-    S = beta * np.sum(D**2, axis=0) - beta**2 * np.einsum("mk,kl,ml->m", R, Sigma, R)
-    Q = beta * D.T @ y - beta**2 * R @ Sigma @ D[:, act].T @ y
+    D, y, act, alpha, noise_var, Sigma, mu, S, Q = determined_function_problem()
+    N, M = D.shape
     st = _initial_state(basis.as_dictionary(D), y, np.arange(N), noise_var).replace(
         active=act, alpha=alpha, mu=mu, Sigma=Sigma, S=S, Q=Q)
     design = ss.design.design_of(st, prefer_sparse=True)
