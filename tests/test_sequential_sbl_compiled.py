@@ -97,6 +97,16 @@ def test_compiled_resume_after_new_samples_equals_host():
     assert comp.moves[:len(st.moves)] == st.moves
 
 
+def test_compiled_resume_after_new_functions_equals_host():
+    """After ``add_basis`` (the dictionary is then the old and the new dense dictionaries side by
+    side): the program takes the stacked design's rows."""
+    D, y, rng = problem(4, N=50, M=30)
+    st = ss.add_basis(ss.fit(D, y, noise_var=0.3), rng.normal(size=(50, 5)))
+    host, comp = ss.resume(st, update_noise=True), ss.resume(st, update_noise=True, compiled=True)
+    assert len(host.moves) > len(st.moves) and host.S.shape == (35,)
+    assert_same_fit(host, comp)
+
+
 def test_compiled_max_steps_and_progress_bar():
     D, y, _ = problem(1)
     with pytest.warns(ConvergenceWarning):
@@ -140,7 +150,7 @@ def test_compiled_refresh_that_finds_L_fallen_hands_over():
     D, y, _ = problem(0)
     st = ss.fit(D, y, noise_var=0.5, update_noise=True)
     design = ss.design.design_of(st, prefer_sparse=True)
-    data, _ = C._data(st, design, design.sq_norms(), tol=1e-13, practical=True, update_noise=True, noise_every=1,
+    data, _ = C._data(st, design.dense, design.sq_norms(), tol=1e-13, practical=True, update_noise=True, noise_every=1,
                       max_steps=100, refresh_every=500, align_tol=0.0, max_alignment=None, rounding=1e-10, **RULES)
     f = C._start(st, data, design.dense, 32, 64, 500, None)
     f, data = C.jax.device_put((f._replace(step=np.int64(20), last_refresh=np.int64(3)), data))
@@ -203,7 +213,7 @@ def test_compiled_gains_of_a_function_the_data_determine():
     st = _initial_state(basis.as_dictionary(D), y, np.arange(N), noise_var).replace(
         active=act, alpha=alpha, mu=mu, Sigma=Sigma, S=S, Q=Q)
     design = ss.design.design_of(st, prefer_sparse=True)
-    data, _ = C._data(st, design, design.sq_norms(), tol=1e-13, practical=False, update_noise=False, noise_every=1,
+    data, _ = C._data(st, design.dense, design.sq_norms(), tol=1e-13, practical=False, update_noise=False, noise_every=1,
                       max_steps=1, refresh_every=500, align_tol=0.0, max_alignment=None, rounding=1e-10, **RULES)
     f = C._start(st, data, D, 8, 64, 500, None)
     gain, new, nan = C.jax.jit(P._gains)(f, data)

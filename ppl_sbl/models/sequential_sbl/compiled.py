@@ -17,7 +17,8 @@ state (an exact refresh finds L below the best exact L: moves chosen on drifted 
 ill-conditioned dictionary) or meets statistics that are not numbers, the program stops and
 :func:`run` returns None: the caller runs the host schedule from the start.
 
-Dense designs only (:func:`supports`): a plain matrix, or the rows of one.
+Dense designs only (:func:`supports`): a plain matrix or the rows of one, and dense dictionaries
+side by side.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from ppl_sbl.fast_ard.compiled import OPTIONS, bucket, grow, power_of_two
 
 from .compiled_steps import (BAIL, CONVERGED, COUNTS, GROW_ACTIVE, GROW_TRACE, KINDS, PRACTICAL, RUNNING, STOPPED, Data,
                              Fit, steps)
+from .design import design_of, design_rows
 
 __all__ = ["supports", "run"]
 
@@ -39,8 +41,21 @@ CAPACITY = 16  # the active block's first capacity (slots)
 
 
 def supports(state):
-    """Whether the compiled program fits this state: a dense design."""
-    return isinstance(state.dictionary, _basis.DenseDictionary)
+    """Whether the compiled program fits this state: a dense dictionary, or dense dictionaries side by
+    side (:func:`.add_basis` stacks the new functions beside the old)."""
+    return _dense(state.dictionary)
+
+
+def _dense(dictionary):
+    return isinstance(dictionary, _basis.DenseDictionary) or (
+        isinstance(dictionary, _basis.StackedDictionary) and all(_dense(part) for part in dictionary.parts))
+
+
+def dense_design(state, design):
+    """The design over the state's samples as a dense (N, M) array (:func:`supports`)."""
+    if design.dense is not None:
+        return np.asarray(design.dense, dtype=np.float64)
+    return design_rows(state, np.arange(len(state.y)))
 
 
 def _unpack(packed, f):
@@ -64,9 +79,8 @@ _program = jax.jit(steps, donate_argnums=(0,), compiler_options=OPTIONS)
 
 # --------------------------------------------------------------------------------------------------
 # the host side
-def _data(state, design, sq_norms, *, tol, practical, update_noise, noise_every, max_steps, refresh_every,
+def _data(state, D, sq_norms, *, tol, practical, update_noise, noise_every, max_steps, refresh_every,
           align_tol, max_alignment, rounding, log_alpha_tol, log_noise_tol, joint_max_active):
-    D = np.asarray(design.dense, dtype=np.float64)
     N, M = D.shape
     Np, Mp = bucket(N), bucket(M)
     Dp = np.zeros((Np, Mp))
@@ -153,13 +167,11 @@ def run(state, *, update_noise, noise_every, tol, practical, max_steps, refresh_
     not numbers (run it instead), else (the fields of :meth:`.Workspace.state`'s SBLState,
     converged, stop_reason).
     """
-    from .design import design_of
-
     start = time.perf_counter() if start is None else start
     design = design_of(state, prefer_sparse=True)
-    D = np.asarray(design.dense, dtype=np.float64)
+    D = dense_design(state, design)
     sq_norms = design.sq_norms()
-    data, (N, M) = _data(state, design, sq_norms, tol=tol, practical=practical, update_noise=update_noise,
+    data, (N, M) = _data(state, D, sq_norms, tol=tol, practical=practical, update_noise=update_noise,
                          noise_every=noise_every, max_steps=max_steps, refresh_every=refresh_every,
                          align_tol=align_tol, max_alignment=max_alignment, rounding=rounding,
                          log_alpha_tol=log_alpha_tol, log_noise_tol=log_noise_tol, joint_max_active=joint_max_active)

@@ -238,8 +238,8 @@ def _compiled(state, *, progress_bar, start, max_steps, **settings):
     from . import compiled as C
 
     if not C.supports(state):
-        raise ValueError("`compiled=True` needs a dense design matrix (a NumPy array or a dense dictionary); "
-                         "fit other dictionaries with `compiled=False`.")
+        raise ValueError("`compiled=True` needs a dense design matrix (a NumPy array or a dense dictionary, and "
+                         "dense dictionaries stacked by `add_basis`); fit other dictionaries with `compiled=False`.")
     bar = _bar(progress_bar, max_steps)
     out = C.run(state, max_steps=int(max_steps), rounding=max(1e3 * settings["tol"], 1e-10), bar=bar, start=start,
                 log_alpha_tol=LOG_ALPHA_TOL, log_noise_tol=LOG_NOISE_TOL, joint_max_active=JOINT_MAX_ACTIVE, **settings)
