@@ -94,7 +94,7 @@ def _data(state, D, sq_norms, *, tol, practical, update_noise, noise_every, max_
     columns = np.zeros(Mp, dtype=bool)
     columns[:M] = True
     f64, i64 = np.float64, np.int64
-    return Data(D=Dp, y=y, Dty=Dty, sq=sq, yty=f64(state.yty), n=f64(N), columns=columns, tol=f64(tol),
+    return Data(D=Dp, y=y, Dty=Dty, sq=sq, n=f64(N), columns=columns, tol=f64(tol),
                 rounding=f64(rounding), practical=np.bool_(practical), update_noise=np.bool_(update_noise),
                 noise_every=i64(noise_every), max_steps=i64(max_steps), refresh_every=i64(refresh_every or 0),
                 align_tol=f64(align_tol), max_alignment=f64(np.inf if max_alignment is None else max_alignment),
@@ -158,7 +158,7 @@ def _grown(f, cap):
 
 
 def run(state, *, update_noise, noise_every, tol, practical, max_steps, refresh_every, align_tol, max_alignment,
-        rounding, log_alpha_tol, log_noise_tol, joint_max_active, bar=None, start=None, capacity=None):
+        rounding, log_alpha_tol, log_noise_tol, joint_max_active, bar=None, start=None):
     """:class:`.schedule.Schedule`'s run from ``state`` (dense design) in the compiled program, with
     the schedule's settings and rules (``rounding``, ``log_alpha_tol``, ``log_noise_tol``,
     ``joint_max_active``: its ``rounding``, ``LOG_ALPHA_TOL``, ``LOG_NOISE_TOL``,
@@ -177,7 +177,7 @@ def run(state, *, update_noise, noise_every, tol, practical, max_steps, refresh_
                          log_alpha_tol=log_alpha_tol, log_noise_tol=log_noise_tol, joint_max_active=joint_max_active)
     Mp = data.D.shape[1]
     K0 = len(state.active)
-    cap = min(power_of_two(max(CAPACITY if capacity is None else capacity, K0 + 1)), power_of_two(Mp))
+    cap = min(power_of_two(max(CAPACITY, K0 + 1)), power_of_two(Mp))
     length = trace_length(M)
     f = _start(state, data, D, cap, length, refresh_every, max_alignment)
     trace, kinds, which, drifts, seconds = [], [], [], [], []

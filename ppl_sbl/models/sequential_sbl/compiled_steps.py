@@ -38,7 +38,6 @@ class Data(NamedTuple):
     y: jax.Array
     Dty: jax.Array
     sq: jax.Array
-    yty: jax.Array
     n: jax.Array
     columns: jax.Array
     tol: jax.Array
@@ -122,7 +121,9 @@ def _z(f, data):
 
 def _likelihood(f, data, alpha_a, noise_var):
     """``algebra.likelihoods`` at one noise variance: (L, the Cholesky factor of H = A + D_a^T D_a /
-    sigma^2 (the identity past K), ||y - D_a mu||^2)."""
+    sigma^2 (the identity past K), ||y - D_a mu||^2), with L = log N(y | 0, C), C = sigma^2 I + D_a
+    A^-1 D_a^T (Faul & Pilikos, section 2, whose equations carry no numbers), as
+    -(N log 2 pi + N log sigma^2 - sum log alpha + log|H| + ||y - D_a mu||^2 / sigma^2 + mu^T A mu) / 2."""
     valid = _valid(f)
     beta = 1.0 / noise_var
     H = beta * _gram(f) + jnp.diag(jnp.where(valid, alpha_a, 1.0))
@@ -171,7 +172,9 @@ def _scale(f):
 
 
 # --------------------------------------------------------------------------------------------------
-# the gains (``gains.move_gains`` and the guards of ``Workspace.gains``)
+# the gains (``gains.move_gains`` and the guards of ``Workspace.gains``): l(alpha_m) and the best
+# alpha_m = s_m^2 / (q_m^2 - s_m) of Tipping & Faul 2003 (summarised, unnumbered, in section 2 of
+# Faul & Pilikos)
 def _gains(f, data):
     """(gain, new alpha, whether a gain is NaN) of every function (``Workspace.gains``)."""
     valid = _valid(f)
@@ -221,7 +224,9 @@ def _schedule_gains(f, data):
 
 
 # --------------------------------------------------------------------------------------------------
-# the three moves (``Workspace.add``, ``update``, ``delete``)
+# the three moves (``Workspace.add``, ``update``, ``delete``): the rank-one updates of Sigma, mu, S
+# and Q in the appendix of Tipping & Faul 2003 (and of Faul & Pilikos, with 1/sigma^2 for its
+# misprinted 1/sigma*^2)
 def _aligned_with(f, data, i, g):
     """The functions whose |cosine| with function i (``g`` = D^T d_i) exceeds max_alignment."""
     cosine = jnp.abs(g) / jnp.sqrt(data.sq[i] * data.sq)
@@ -289,7 +294,8 @@ def _delete(f, data, m, _):
 
 
 # --------------------------------------------------------------------------------------------------
-# the noise variance (``Workspace.reestimate_noise``, ``Schedule.noise_move``)
+# the noise variance (``Workspace.reestimate_noise``, ``Schedule.noise_move``): Tipping & Faul 2003's
+# re-estimate sigma^2 = ||y - D_a mu||^2 / (N - K + sum_k alpha_k Sigma_kk), kept where L does not fall
 def _accept_noise(f, data, value, chol, L_value, ref):
     return _set_noise(f, data, value, *_posterior(f, chol), f.L + (L_value - ref))
 
@@ -354,6 +360,8 @@ def _noise_move(f, data):
 
 # --------------------------------------------------------------------------------------------------
 # the joint Newton step (``Workspace.joint_derivatives``, ``joint_step``; ``Schedule.joint_move``)
+# on L of Faul & Pilikos section 2 in (ln alpha, ln beta); the derivatives are written out in
+# ``Workspace.joint_derivatives``
 def _joint_derivatives(f, data):
     """(g, H) in (ln alpha by slot, ln beta) (cap + 1), zero past K."""
     valid = _valid(f)
