@@ -74,20 +74,28 @@ class GaussianLikelihood(NamedTuple):
     f0: jax.Array
 
 
+def held_copy(a):
+    """A read-only copy of the array ``a``: data a fit keeps, which later changes to the caller's
+    array do not reach (and which nothing writes to in place)."""
+    out = np.array(a)
+    out.flags.writeable = False
+    return out
+
+
 def prepare_gaussian(Phi, t, e0, f0, gram=True) -> GaussianLikelihood:
     """From validated NumPy ``Phi`` and ``t`` and scalar hyperparameters. ``gram=False``: neither
     the Gram matrix nor its factor (for a q(w) whose active set is small: the functions below then
     form Phi_A^T Phi_A over its slots, O(N B^2))."""
-    Phi, t = np.asarray(Phi), np.asarray(t)
+    Phi, t = held_copy(Phi), held_copy(t)
     factor = G.design_low_rank_factor(Phi) if gram else None
     gram = Phi.T @ Phi if gram and factor is None else None  # the factor replaces it
     return GaussianLikelihood(
-        Phi=jnp.asarray(Phi),
-        t=jnp.asarray(t),
-        gram=None if gram is None else jnp.asarray(gram),
-        gram_factor=None if factor is None else jnp.asarray(factor),
-        phi_t=jnp.asarray(Phi.T @ t),
-        col_sq=jnp.asarray(np.sum(Phi**2, axis=0)),
+        Phi=Phi,
+        t=t,
+        gram=gram,
+        gram_factor=factor,
+        phi_t=Phi.T @ t,
+        col_sq=np.sum(Phi**2, axis=0),
         e0=e0,
         f0=f0,
     )
@@ -217,7 +225,7 @@ class BernoulliLikelihood(NamedTuple):
 
 
 def prepare_bernoulli(Phi, t) -> BernoulliLikelihood:
-    return BernoulliLikelihood(jnp.asarray(Phi), jnp.asarray(t))
+    return BernoulliLikelihood(held_copy(Phi), held_copy(t))
 
 
 def _weights(weights, like):

@@ -108,4 +108,4 @@ def check_rate(name, value, size):
                          f"precision); got shape {arr.shape}.")
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
         raise ValueError(f"`{name}` must be finite and > 0; got {value!r}.")
-    return jnp.asarray(arr)
+    return arr

@@ -262,6 +262,23 @@ def test_jitted_plain_and_vmapped_fits_agree():
     assert res.elbo == pytest.approx(float(jitted[0][1]), rel=1e-8)
 
 
+@pytest.mark.parametrize("model, problem", [(rvm.regression, random_regression), (rvm.classification,
+                                                                                 random_classification)])
+@pytest.mark.parametrize("schedule", ["fast", "sweep"])
+def test_a_fit_keeps_its_own_data(model, problem, schedule):
+    """A fit holds a copy of the design and targets: the caller's arrays changed in place afterwards
+    leave its ELBO (recomputed from its state and data, :meth:`elbo_parts`) and its predictions as
+    they were."""
+    Phi, t = problem(0)
+    res = _cavi(model, Phi, t, schedule=schedule)
+    parts, mean = res.elbo_parts(), np.asarray(res.predict(Phi[:5])[0]).copy()
+    new = Phi[:5].copy()
+    Phi[:] = 0.0
+    t[:] = 1.0
+    assert res.elbo_parts() == parts
+    np.testing.assert_array_equal(np.asarray(res.predict(new)[0]), mean)
+
+
 def test_run_drives_the_compiled_loop_with_few_host_round_trips(monkeypatch):
     """CAVI.run hands control back to Python only every ``engine.CHUNK`` sweeps or where it has a
     decision to make (a pruning check): without pruning its trace is the pure compiled loop's

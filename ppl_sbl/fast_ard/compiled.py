@@ -403,6 +403,12 @@ def _result(out, values, events, factor, kind, N, M):
                 num_passes=int(out.passes), converged=int(out.status) == CONVERGED)
 
 
+def _host(tree):
+    """The arrays of ``tree`` as host NumPy arrays (read-only views of the CPU's buffers: no copy
+    where the program ran on the CPU)."""
+    return jax.tree.map(np.asarray, tree)
+
+
 def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capacity=None, trace_length=None,
         report_interval=REPORT_INTERVAL):
     """The compiled fast schedule of one output, in the units of
@@ -449,7 +455,7 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
             until = np.int64(int(st.passes) + chunk)
         else:
             break
-    out, buf = jax.device_get((st, buf))
+    out, buf = _host((st, buf))
     take_off(buf, buf.trace.shape[0])
     if progress is not None:
         progress(int(out.passes), int(out.moves), float(out.start), int(out.K))
@@ -508,7 +514,7 @@ def _run_group(st, buf, data, kind, M, cap, batch_size):
     values, events = [[] for _ in range(n)], [[] for _ in range(n)]
 
     def take_off(buf, length):
-        host = jax.device_get(buf)
+        host = _host(buf)
         for i in range(n):
             values[i].append(np.asarray(host.trace[i, :host.length[i]]))
             events[i].append(np.asarray(host.events[i, :host.length[i]]))
@@ -526,6 +532,6 @@ def _run_group(st, buf, data, kind, M, cap, batch_size):
             buf = take_off(buf, buf.trace.shape[1])
         else:
             break
-    out, buf = jax.device_get((st, buf))
+    out, buf = _host((st, buf))
     take_off(buf, 1)
     return out, values, events

@@ -2,7 +2,6 @@
 :class:`ppl_sbl.gaussian.ActiveGaussian` and the q(alpha_k) as Gamma factors."""
 from __future__ import annotations
 
-import jax
 import numpy as np
 
 from .. import gaussian as G
@@ -25,13 +24,12 @@ def active_gaussian(fit: FastFit):
     mean = np.zeros(M)
     mean[fit.active] = fit.mu
     log_det = float(np.linalg.slogdet(fit.Sigma)[1]) if K else 0.0
-    # to the device as they are (jnp.asarray would compile a program per shape)
-    return jax.device_put(G.ActiveGaussian(mean=mean, cov=cov, base=np.zeros(0), index=index,
+    return G.ActiveGaussian(mean=mean, cov=cov, base=np.zeros(0), index=index,
                                            frozen_var=np.asarray(fit.frozen_var, dtype=np.float64),
-                                           log_det=np.float64(log_det), factor_var=np.zeros(0)))
+                                           log_det=np.float64(log_det), factor_var=np.zeros(0))
 
 
 def alpha_factors(fit: FastFit, a0):
     """q(alpha_k) = Gamma(a0 + 1/2, (a0 + 1/2) / E[alpha_k]) of every coefficient: (shape, rate)."""
     shape = np.full(fit.x.shape[0], a0 + 0.5)
-    return jax.device_put((shape, shape / fit.x))
+    return shape, shape / fit.x

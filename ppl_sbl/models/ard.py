@@ -49,7 +49,7 @@ def ard_prior(M, a0, b0, groups):
 
 
 def positive_scalar(name, value):
-    return jnp.asarray(check_positive(name, value), dtype=jnp.float64)
+    return np.asarray(check_positive(name, value), dtype=np.float64)
 
 
 def alpha_terms(state, data, w_second_moment):
@@ -133,8 +133,8 @@ def rvm_data(lik, groups, a0, b0):
     """``b0``: the rate of every precision's prior, a scalar or one per group (G,) (the defaults of
     :mod:`ppl_sbl.priors`, resolved by the caller)."""
     groups = coefficient_groups(groups, lik.Phi.shape[1])
-    sizes = jnp.asarray(np.bincount(groups), dtype=jnp.float64)
-    return RVMData(lik, jnp.asarray(groups), sizes, positive_scalar("a0", a0), check_rate("b0", b0, sizes.shape[0]))
+    sizes = np.bincount(groups).astype(np.float64)
+    return RVMData(lik, np.asarray(groups), sizes, positive_scalar("a0", a0), check_rate("b0", b0, sizes.shape[0]))
 
 
 def start_alpha(data: RVMData, data_precision):

@@ -288,8 +288,8 @@ def _classification_plan(Phi, t=None, *, a0=1e-5, b0=None, c0=DEFAULT_R, d0=DEFA
 
     def finish(fit):
         shape, rate = fast_ard.alpha_factors(fit, a0)
-        state = ClassificationState(fast_ard.active_gaussian(fit), shape, rate, jnp.full(len(factor.t), data.c),
-                                    jnp.asarray(factor.omega_rate), jnp.asarray(factor.xi))
+        state = ClassificationState(fast_ard.active_gaussian(fit), shape, rate, np.full(len(factor.t), data.c),
+                                    np.asarray(factor.omega_rate), np.asarray(factor.xi))
         return data, state, fit
 
     return fast_ard.Plan(np.asarray(data.Phi), factor, dict(a0=a0, b0=np.asarray(data.base.b0), tol=tol,
@@ -431,8 +431,8 @@ def _regression_plan(Phi, t=None, *, a0=1e-6, b0=None, c0=2.0, d0=2.0, e0=1e-6, 
 
     def finish(fit):
         shape, rate = fast_ard.alpha_factors(fit, a0)
-        state = RegressionState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(factor.omega_shape),
-                                jnp.asarray(factor.omega_rate), jnp.asarray(factor.e), jnp.asarray(factor.f * s * s))
+        state = RegressionState(fast_ard.active_gaussian(fit), shape, rate, np.asarray(factor.omega_shape),
+                                np.asarray(factor.omega_rate), np.float64(factor.e), np.float64(factor.f * s * s))
         return data, state, fit
 
     return fast_ard.Plan(np.asarray(data.Phi), factor, dict(a0=a0, b0=np.asarray(data.base.b0), tol=tol,

@@ -176,7 +176,7 @@ def _fast_plan(Phi, factor, a0, data, groups, finish, **kw):
     first[g[::-1]] = np.arange(len(g))[::-1]  # a coefficient of each group
 
     def grouped(fit):
-        return finish(fit, jnp.asarray(shape), jnp.asarray(shape / np.asarray(fit.x)[first]))
+        return finish(fit, shape, shape / np.asarray(fit.x)[first])
 
     return fast_ard.Plan(Phi, factor, dict(a0=a0, b0=rates[g], **kw), grouped,
                          run=lambda Phi, factor, **options: fast_ard.group_schedule(Phi, factor, g, **options))
@@ -206,8 +206,8 @@ def _regression_plan(Phi, t=None, *, a0=1e-6, b0=None, e0=1e-6, f0=None, groups=
     noise = fast_ard.GaussianNoise(t / s, e0, e0)
 
     def finish(fit, shape, rate):
-        state = RegressionState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(noise.e),
-                                jnp.asarray(noise.f * s * s))
+        state = RegressionState(fast_ard.active_gaussian(fit), shape, rate, np.float64(noise.e),
+                                np.float64(noise.f * s * s))
         return data, state, fit
 
     return _fast_plan(Phi, noise, a0, data, groups, finish, tol=tol, max_passes=max_passes, progress=progress,
@@ -331,7 +331,7 @@ def _classification_plan(Phi, t=None, *, a0=1e-6, b0=None, groups=None, tol=1e-9
     bound = fast_ard.JaakkolaJordan(t)
 
     def finish(fit, shape, rate):
-        return data, ClassificationState(fast_ard.active_gaussian(fit), shape, rate, jnp.asarray(bound.xi)), fit
+        return data, ClassificationState(fast_ard.active_gaussian(fit), shape, rate, np.asarray(bound.xi)), fit
 
     return _fast_plan(Phi, bound, a0, data, groups, finish, tol=tol, max_passes=max_passes, progress=progress,
                       vague_only=vague_only, **_compiled_option(compiled, groups))
