@@ -35,6 +35,7 @@ from jax import lax
 from ..engine import batched_map
 from . import compiled_factors as CF
 from . import compiled_moves as CM
+from . import compiled_state as CS
 from . import jax_algebra as J
 from .compiled_state import (CONVERGED, GROW_ACTIVE, GROW_TRACE, MOVES, PASS_END, RUNNING, START, STOPPED, Buffers,
                              Data, State, flush, record, slots)
@@ -148,7 +149,7 @@ def _move_step(st, buf, data, per_pass, kind, lanes=False):
                      .astype(st.cycle_next.dtype))
     written = st.K > K  # an add made: its column into slot K
     slot = jnp.minimum(K, cap - 1).astype(jnp.int32)
-    phi = jnp.where(written, data.Phi[:, k], buf.AT[slot])
+    phi = jnp.where(written, CS.column(data, k, kind), buf.AT[slot])
     c = jnp.where(written, c, buf.C[:, slot])
     zero = jnp.zeros((), jnp.int32)
     buf = buf._replace(AT=lax.dynamic_update_slice(buf.AT, phi[None, :], (slot, zero)),
@@ -279,7 +280,7 @@ def _programs(st, buf, data, kind, batch_size):
 
 def _start(data, factor_fields, cap, length):
     """The empty model (host NumPy), to be started by the program (phase ``START``)."""
-    N, M = data.Phi.shape
+    N, M = data.t.shape[0], data.col_sq.shape[0]
     zeros, i32, i64 = np.zeros, np.int32, np.int64
     (e, f, xi, W, hist, hist_value, hist_n, hist_active, hist_held, omega_shape, omega_rate,
      held) = factor_fields
@@ -346,20 +347,21 @@ def _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact):
         raise ValueError("The compiled schedule needs a proper Gamma prior on the precisions (a0, b0 > 0); "
                          "fit Tipping & Faul's limit a0 = b0 = 0 with `compiled=False`.")
     big = np.iinfo(np.int64).max // 4
-    shape = (bucket(N), bucket(M))
-    if Phi.shape == shape:
-        padded = Phi
-    else:
+    design = Phi.T if CS.transposed(kind) else Phi  # the layout of Data.design
+    shape = (bucket(M), bucket(N)) if CS.transposed(kind) else (bucket(N), bucket(M))
+    if design.shape != shape or not design.flags.c_contiguous:
         padded = np.zeros(shape)
-        padded[:N, :M] = Phi
-    columns = np.zeros(padded.shape[1], dtype=bool)
+        padded[:design.shape[0], :design.shape[1]] = design
+        design = padded
+    columns = np.zeros(bucket(M), dtype=bool)
     columns[:M] = True
-    Phi2, t, omega, proj, e0, f0, c, d = CF.host_data(factor, kind, padded, N)
+    squares, t, omega, proj, e0, f0, c, d = CF.host_data(factor, kind, design, N)
 
     def scalar(v, dtype=np.float64):
         return np.asarray(v, dtype=dtype)
 
-    data = Data(Phi=padded, Phi2=Phi2, col_sq=np.einsum("nm,nm->m", padded, padded), t=t, omega=omega, proj=proj,
+    col_sq = np.einsum("mn,mn->m" if CS.transposed(kind) else "nm,nm->m", design, design)
+    data = Data(design=design, squares=squares, col_sq=col_sq, t=t, omega=omega, proj=proj,
                 a0=scalar(a0), b0=scalar(b0), e0=scalar(e0), f0=scalar(f0), c=scalar(c), d=scalar(d), tol=scalar(tol),
                 max_passes=scalar(max_passes, np.int64), max_moves=scalar(big if max_moves is None else max_moves,
                                                                        np.int64),
@@ -424,7 +426,7 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     pass a call, a report after every pass)."""
     kind, data, (N, M) = _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact)
     cap, length = _lengths(M, capacity, trace_length)
-    st, buf = _start(data, CF.host_state(factor, kind, N, *data.Phi.shape), cap, length)
+    st, buf = _start(data, CF.host_state(factor, kind, N, data.t.shape[0], data.col_sq.shape[0]), cap, length)
     values, events = [], []  # the trace's entries taken off the buffer when it filled
 
     def take_off(buf, length):
@@ -481,7 +483,7 @@ def run_many(lanes, batch_size=1, capacity=None, trace_length=None, threads=1):
     (kind,), ((N, M),) = kinds, sizes
     n = len(lanes)
     cap, length = _lengths(M, capacity, trace_length)
-    starts = [_start(data, CF.host_state(lane[1], kind, N, *data.Phi.shape), cap, length) + (data,)
+    starts = [_start(data, CF.host_state(lane[1], kind, N, data.t.shape[0], data.col_sq.shape[0]), cap, length) + (data,)
               for (_, data, _), lane in zip(prepared, lanes)]
     groups = max(1, min(int(threads), n)) if int(batch_size) <= 1 else 1
     size = -(-n // groups)

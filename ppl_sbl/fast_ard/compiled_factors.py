@@ -38,20 +38,22 @@ def kind_of(factor):
             RobustGaussianNoise: "robust_gaussian"}.get(type(factor))
 
 
-def host_data(factor, kind, padded, N):
-    """The factor's arrays of :class:`ppl_sbl.fast_ard.compiled_state.Data` for the padded design
-    (host NumPy): (Phi2, t, omega, proj, e0, f0, c, d)."""
-    t = np.zeros(padded.shape[0])
+def host_data(factor, kind, design, N):
+    """The factor's arrays of :class:`ppl_sbl.fast_ard.compiled_state.Data` for the padded
+    ``design`` in the kind's layout (:func:`ppl_sbl.fast_ard.compiled_state.transposed`) (host
+    NumPy): (squares, t, omega, proj, e0, f0, c, d)."""
+    size = design.shape[1] if CS.transposed(kind) else design.shape[0]
+    t = np.zeros(size)
     t[:N] = np.asarray(factor.t, dtype=np.float64)
-    omega = np.zeros(padded.shape[0])
+    omega = np.zeros(size)
     omega[:N] = 1.0
     e0, f0 = (float(factor.e0), float(factor.f0)) if kind in ("gaussian", "robust_gaussian") else (0.0, 0.0)
     c, d = (float(factor.c), float(factor.d)) if kind.startswith("robust") else (0.0, 0.0)
     if kind == "gaussian":
-        return np.zeros((1, 1)), t, omega, t @ padded, e0, f0, c, d
+        return np.zeros((1, 1)), t, omega, t @ design, e0, f0, c, d
     # Phi^T r where r is fixed (the JJ bound's); the robust factors form it afresh at every update
-    proj = (omega * (t - 0.5)) @ padded if kind == "jj" else np.zeros(padded.shape[1])
-    return padded * padded, t, omega, proj, e0, f0, c, d
+    proj = design @ (omega * (t - 0.5)) if kind == "jj" else np.zeros(design.shape[0])
+    return design * design, t, omega, proj, e0, f0, c, d
 
 
 def host_state(factor, kind, N, padded_N, M):
@@ -93,14 +95,14 @@ def write_back(factor, kind, st, N):
 
 def _jj_B(buf, data, W, K):
     """C = B = Phi^T diag(W) Phi_A afresh, ``_BLOCK`` slots at a time up to K (the slots past it are
-    zero)."""
+    zero), each block the transposed design (``data.design``, Phi^T) times its columns."""
     cap = buf.AT.shape[0]
     blocks = min(_BLOCK, cap)
 
     def body(i, C):
         start = jnp.minimum(i * blocks, cap - blocks)
         rows = lax.dynamic_slice_in_dim(buf.AT, start, blocks, 0)
-        return lax.dynamic_update_slice_in_dim(C, ((rows * W[None, :]) @ data.Phi).T, start, 1)
+        return lax.dynamic_update_slice_in_dim(C, data.design @ (rows * W[None, :]).T, start, 1)
 
     return lax.fori_loop(0, (K + blocks - 1) // blocks, body, jnp.zeros_like(buf.C))
 
@@ -125,8 +127,8 @@ def set_factor(st, buf, data, kind):
         h, b = g * data.col_sq, g * data.proj
     else:
         g = jnp.ones_like(st.g)
-        h = W @ data.Phi2
-        b = data.proj if kind == "jj" else r @ data.Phi
+        h = data.squares @ W
+        b = data.proj if kind == "jj" else data.design @ r
         buf = buf._replace(C=_jj_B(buf, data, W, st.K))
         st = st._replace(W=W)
     x_out, _ = J.frozen_optimum(h, data.a0, data.b0)
@@ -143,7 +145,7 @@ def _moments(st, buf, data, kind):
         valid = CS.slots(st)
         G = jnp.where(valid[:, None] & valid[None, :], buf.C[st.index], 0.0)
         return mean, jnp.sum(G * st.Sigma) + data.col_sq @ frozen_var
-    return mean, jnp.sum((st.Sigma @ buf.AT) * buf.AT, axis=0) + data.Phi2 @ frozen_var
+    return mean, jnp.sum((st.Sigma @ buf.AT) * buf.AT, axis=0) + frozen_var @ data.squares
 
 
 def _bound(xi, mean, var, data):

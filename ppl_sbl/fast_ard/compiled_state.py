@@ -23,16 +23,17 @@ MOVES, PASS_END, START = 0, 1, 2
 
 
 class Data(NamedTuple):
-    """The fit's arrays: the design (N, M) (Phi^T v is formed as v^T Phi, a pass over its rows), its
-    squares (N, M) where the factor's W varies by point (else (1, 1)), its column norms (M,), the
+    """The fit's arrays: the ``design``, Phi (N, M) as given for q(gamma) and transposed, Phi^T
+    (M, N), where the factor's W varies by point (:func:`transposed`), its squares in the same
+    layout where W varies (else (1, 1)), its column norms (M,), the
     targets t, the points' weights omega (1, and 0 for padding), Phi^T t (q(gamma)) or Phi^T r
     (the JJ bound's r = omega (t - 1/2)), and the scalars (traced: a new value does not compile a
     new program). The arrays are padded with zero rows and columns to the sizes of
     :func:`ppl_sbl.fast_ard.compiled.bucket`; ``n`` and ``m`` are the problem's own sizes,
     ``columns`` marks its columns."""
 
-    Phi: jax.Array
-    Phi2: jax.Array
+    design: jax.Array
+    squares: jax.Array
     col_sq: jax.Array
     t: jax.Array
     omega: jax.Array
@@ -50,6 +51,24 @@ class Data(NamedTuple):
     n: jax.Array
     m: jax.Array
     columns: jax.Array
+
+
+def transposed(kind):
+    """Whether the program holds the design transposed, Phi^T (M, N): where the factor's W varies
+    by point, B = Phi^T diag(W) Phi_A is formed afresh at every update, and XLA's CPU products run
+    fastest contracting over the rows' contiguous entries. For q(gamma) the design stays as given
+    (C = Phi^T Phi_A grows a column an add), which spares the host a transposed copy."""
+    return kind != "gaussian"
+
+
+def column(data, k, kind):
+    """phi_k (N,), the design's column k."""
+    return data.design[k] if transposed(kind) else data.design[:, k]
+
+
+def project(data, v, kind):
+    """Phi^T v (M,) for v (N,)."""
+    return data.design @ v if transposed(kind) else v @ data.design
 
 
 class Buffers(NamedTuple):

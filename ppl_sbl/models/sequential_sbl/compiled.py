@@ -94,7 +94,7 @@ def _data(state, D, sq_norms, *, tol, practical, update_noise, noise_every, max_
     columns = np.zeros(Mp, dtype=bool)
     columns[:M] = True
     f64, i64 = np.float64, np.int64
-    return Data(D=Dp, y=y, Dty=Dty, sq=sq, n=f64(N), columns=columns, tol=f64(tol),
+    return Data(DT=np.ascontiguousarray(Dp.T), y=y, Dty=Dty, sq=sq, n=f64(N), columns=columns, tol=f64(tol),
                 rounding=f64(rounding), practical=np.bool_(practical), update_noise=np.bool_(update_noise),
                 noise_every=i64(noise_every), max_steps=i64(max_steps), refresh_every=i64(refresh_every or 0),
                 align_tol=f64(align_tol), max_alignment=f64(np.inf if max_alignment is None else max_alignment),
@@ -104,7 +104,7 @@ def _data(state, D, sq_norms, *, tol, practical, update_noise, noise_every, max_
 
 def _start(state, data, D, cap, length, refresh_every, max_alignment):
     """The fit at ``state`` (host NumPy)."""
-    Np, Mp = data.D.shape
+    Mp, Np = data.DT.shape
     K = len(state.active)
     active = np.asarray(state.active, dtype=np.int64)
     A = np.zeros((Np, cap))
@@ -175,7 +175,7 @@ def run(state, *, update_noise, noise_every, tol, practical, max_steps, refresh_
                          noise_every=noise_every, max_steps=max_steps, refresh_every=refresh_every,
                          align_tol=align_tol, max_alignment=max_alignment, rounding=rounding,
                          log_alpha_tol=log_alpha_tol, log_noise_tol=log_noise_tol, joint_max_active=joint_max_active)
-    Mp = data.D.shape[1]
+    Mp = data.DT.shape[0]
     K0 = len(state.active)
     cap = min(power_of_two(max(CAPACITY, K0 + 1)), power_of_two(Mp))
     length = trace_length(M)

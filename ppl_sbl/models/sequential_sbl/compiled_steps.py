@@ -31,10 +31,11 @@ _BISECTIONS = 30
 
 class Data(NamedTuple):
     """The fit's arrays, padded with zeros (``columns`` marks the problem's own), and its settings
-    (traced: a new value compiles no new program). ``n`` the problem's own sample count;
+    (traced: a new value compiles no new program): ``DT`` the design transposed (M, N), a
+    function's values over the samples a contiguous row; ``n`` the problem's own sample count;
     ``refresh_every`` 0: never; ``max_alignment`` inf: no pairwise guard."""
 
-    D: jax.Array
+    DT: jax.Array
     y: jax.Array
     Dty: jax.Array
     sq: jax.Array
@@ -237,8 +238,8 @@ def _add(f, data, i, alpha_i):
     K = f.K
     valid = _valid(f)
     beta = 1.0 / f.noise
-    phi = data.D[:, i]
-    g = phi @ data.D
+    phi = data.DT[i]
+    g = data.DT @ phi
     s_ii = 1.0 / (alpha_i + f.S[i])
     mu_i = s_ii * f.Q[i]
     ga = jnp.where(valid, g[f.index], 0.0)
