@@ -84,7 +84,7 @@ def _move_step(st, buf, data, per_pass, kind, lanes=False):
     budget = jnp.minimum(data.max_moves - st.moves, per_pass - (st.moves - st.first))
     settle = jnp.sqrt(data.tol)
     floor = data.tol * jnp.maximum(1.0, jnp.abs(st.value))
-    found, move, k, target, gain, settling, (xa, sa, qa, xa_in) = CM.best_move(st, data, floor, settle)
+    found, move, k, target, gain, settling, (xa, sa, qa, xa_in) = CM.best_move(st, data, floor, settle, LANES if lanes else None)
     cap = st.mu.shape[0]
     K = st.K
     room = buf.length + cap + 3 <= buf.trace.shape[0]
@@ -100,6 +100,8 @@ def _move_step(st, buf, data, per_pass, kind, lanes=False):
     action = jnp.where(~room, 5, jnp.where(budget <= 0, 0, jnp.where(
         cycling, jnp.where(jnp.any(waiting), jnp.where(cycle_ok, 2, 6), 7),
         jnp.where(~found, 1, jnp.where(move == REESTIMATE, 2, jnp.where(K >= cap, 3, 4))))))
+    if lanes:  # a fit whose pass has ended waits for the others (vmap keeps its state): no branch for it
+        action = jnp.where((st.status == RUNNING) & (st.phase == MOVES), action, 6)
     k = jnp.where(cycling, st.index[j], k)
     target = jnp.where(cycling, new_j, target)
     gain = jnp.where(cycling, cycle_gain, gain)

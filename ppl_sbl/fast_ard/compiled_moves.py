@@ -21,9 +21,10 @@ _DAMPINGS = 40
 
 
 # --------------------------------------------------------------------------------------------------
-def best_move(st, data, floor, settle):
+def best_move(st, data, floor, settle, axis_name=None):
     """(found, kind, k, target, gain, settling slots, (x, s, q, the maximiser of (1)) of the active
-    coefficients by slot): ``_Schedule.best_move``."""
+    coefficients by slot): ``_Schedule.best_move``. ``axis_name``: that of fits vmapped side by side
+    (:func:`ppl_sbl.fast_ard.jax_algebra.warm_optimum`)."""
     cap = st.mu.shape[0]
     valid = slots(st)
     s, q = leave_one_out(st)
@@ -35,7 +36,7 @@ def best_move(st, data, floor, settle):
     gap = (jnp.where(supported, q, 0.0) - root) * (jnp.where(supported, q, 0.0) + root)
     guess = jnp.where(st.active, st.x, jnp.where(gap > 0, s * s / jnp.where(gap > 0, gap, 1.0), st.x))
     rows = supported | jnp.zeros_like(supported).at[slot_index(st)].set(moving, mode="drop")
-    x_in, value_in = J.warm_optimum(s, q, data.a0, data.b0, guess, rows)
+    x_in, value_in = J.warm_optimum(s, q, data.a0, data.b0, guess, rows, axis_name)
     # the active candidates, by slot
     xa, sa, qa, ha = (gather(v, st, 1.0) for v in (st.x, s, q, st.h))
     xa_in = gather(x_in, st, 1.0)

@@ -110,13 +110,15 @@ def _cardano_optimum(s, q, a0, b0):
     return jnp.take_along_axis(xs, best[:, None], 1)[:, 0], jnp.take_along_axis(f, best[:, None], 1)[:, 0]
 
 
-def warm_optimum(s, q, a0, b0, start, rows):
+def warm_optimum(s, q, a0, b0, start, rows, axis_name=None):
     """The global maximiser of (1) over x > 0 and f_in there, on the rows ``rows`` (a mask; the others
     give NaN; s > 0), from a guess ``start`` of each maximiser: ``_WARM_STEPS`` Newton steps on (4)
     from start / s where the cubic has one positive root (by Descartes' rule of signs unless
     c2 < 0 < c1, else by its discriminant, clearly negative); the other rows, and those the steps
     leave off the root, go through Cardano's formula (a few at a time, all at once where there are
-    many)."""
+    many). ``axis_name``: the name of a ``jax.vmap`` axis of fits side by side, which then take the
+    fallback that the most demanding of them needs (its work is a no-op for the others), so that
+    vmap keeps the branch instead of running every one for every fit."""
     s = jnp.where(rows, s, 1.0)
     q = jnp.where(rows, q, 0.0)
     c3, c2, c1, c0 = cubic(s, q, a0, b0)
@@ -155,6 +157,8 @@ def warm_optimum(s, q, a0, b0, start, rows):
         return jnp.where(rest, xr, x), jnp.where(rest, vr, value)
 
     branch = jnp.where(count == 0, 0, jnp.where(count <= _CARDANO_ROWS, 1, 2))
+    if axis_name is not None:
+        branch = lax.pmax(branch, axis_name)
     x, value = lax.switch(branch, (lambda xv: xv, few, every), (x, value))
     return jnp.where(rows, x, jnp.nan), jnp.where(rows, value, jnp.nan)
 
