@@ -289,22 +289,22 @@ def test_jax_optimum_is_the_host_optimum_over_many_orders_of_magnitude(a0, b0):
 def test_vmapped_optima_share_the_fallback_and_equal_each_alone():
     """Fits vmapped side by side (``axis_name``) take the fallback the most demanding one needs: one
     whose guesses are the optima (no fallback), one with two far-off guesses (Cardano's formula on a
-    few rows) and one with every guess far off (on all rows); each gets the optimum it gets alone."""
+    few rows) and one with every guess far off (on all rows); each gets the optimum it gets alone,
+    and that is the host's (Cardano's formula in complex arithmetic for every row)."""
     import jax
     import jax.numpy as jnp
 
     from ppl_sbl.fast_ard import jax_algebra
+    from ppl_sbl.fast_ard.algebra import optimum_unchecked
 
     rng = np.random.default_rng(5)
     n, a0, b0 = 48, 1e-6, 1e-6
     s = 10 ** rng.uniform(-3, 3, (3, n))
     q = np.sqrt(10 ** rng.uniform(-1, 2, (3, n)) * s) * rng.choice([-1.0, 1.0], (3, n))
     rows = np.ones((3, n), dtype=bool)
-    rows[:, 7] = False
-    exact = np.stack([np.asarray(jax_algebra.warm_optimum(jnp.asarray(s[i]), jnp.asarray(q[i]), a0, b0,
-                                                          jnp.asarray(s[i]), jnp.asarray(rows[i]))[0])
-                      for i in range(3)])
-    start = np.where(np.isnan(exact), 1.0, exact)
+    rows[:, 7] = False  # a row left out gives NaN
+    exact = np.stack([optimum_unchecked(s[i], q[i], a0, b0) for i in range(3)], axis=1)  # (x, value) by fit
+    start = exact[0].copy()
     start[1, :2] *= 1e8
     start[2] *= 1e8
     alone = [jax_algebra.warm_optimum(jnp.asarray(s[i]), jnp.asarray(q[i]), a0, b0, jnp.asarray(start[i]),
@@ -312,9 +312,10 @@ def test_vmapped_optima_share_the_fallback_and_equal_each_alone():
     together = jax.vmap(lambda *a: jax_algebra.warm_optimum(a[0], a[1], a0, b0, a[2], a[3], axis_name="fits"),
                         axis_name="fits")(jnp.asarray(s), jnp.asarray(q), jnp.asarray(start), jnp.asarray(rows))
     for i in range(3):
-        for got, want in zip(together, alone[i]):
+        for got, want, host in zip(together, alone[i], exact):
             np.testing.assert_allclose(np.asarray(got[i]), np.asarray(want), rtol=1e-12)
-        np.testing.assert_allclose(np.asarray(alone[i][0])[rows[i]], exact[i][rows[i]], rtol=1e-9)
+            assert np.isnan(np.asarray(got[i])[7])
+            np.testing.assert_allclose(np.asarray(got[i])[rows[i]], host[i][rows[i]], rtol=1e-9, atol=1e-12)
 
 
 def test_many_fits_in_one_program_are_the_fits_one_by_one():

@@ -35,10 +35,9 @@ from jax import lax
 from ..engine import batched_map
 from . import compiled_factors as CF
 from . import compiled_moves as CM
-from . import compiled_state as CS
 from . import jax_algebra as J
 from .compiled_state import (CONVERGED, GROW_ACTIVE, GROW_TRACE, MOVES, PASS_END, RUNNING, START, STOPPED, Buffers,
-                             Data, State, flush, record, slots)
+                             Data, State, column, flush, record, slots, transposed)
 from .passes import MOVES_PER_COEFFICIENT, REESTIMATE, UPDATE
 
 __all__ = ["supports", "run", "run_many", "bucket", "grow", "power_of_two"]
@@ -84,7 +83,8 @@ def _move_step(st, buf, data, per_pass, kind, lanes=False):
     budget = jnp.minimum(data.max_moves - st.moves, per_pass - (st.moves - st.first))
     settle = jnp.sqrt(data.tol)
     floor = data.tol * jnp.maximum(1.0, jnp.abs(st.value))
-    found, move, k, target, gain, settling, (xa, sa, qa, xa_in) = CM.best_move(st, data, floor, settle, LANES if lanes else None)
+    found, move, k, target, gain, settling, (xa, sa, qa, xa_in) = CM.best_move(st, data, floor, settle,
+                                                                                LANES if lanes else None)
     cap = st.mu.shape[0]
     K = st.K
     room = buf.length + cap + 3 <= buf.trace.shape[0]
@@ -151,7 +151,7 @@ def _move_step(st, buf, data, per_pass, kind, lanes=False):
                      .astype(st.cycle_next.dtype))
     written = st.K > K  # an add made: its column into slot K
     slot = jnp.minimum(K, cap - 1).astype(jnp.int32)
-    phi = jnp.where(written, CS.column(data, k, kind), buf.AT[slot])
+    phi = jnp.where(written, column(data, k, kind), buf.AT[slot])
     c = jnp.where(written, c, buf.C[:, slot])
     zero = jnp.zeros((), jnp.int32)
     buf = buf._replace(AT=lax.dynamic_update_slice(buf.AT, phi[None, :], (slot, zero)),
@@ -280,9 +280,14 @@ def _programs(st, buf, data, kind, batch_size):
                        batched=jax.vmap(lambda lane: _passes(*lane, never, kind, True), axis_name=LANES))
 
 
+def _padded_sizes(data):
+    """(N, M) of the padded problem (whatever the design's layout, :func:`transposed`)."""
+    return data.t.shape[0], data.col_sq.shape[0]
+
+
 def _start(data, factor_fields, cap, length):
     """The empty model (host NumPy), to be started by the program (phase ``START``)."""
-    N, M = data.t.shape[0], data.col_sq.shape[0]
+    N, M = _padded_sizes(data)
     zeros, i32, i64 = np.zeros, np.int32, np.int64
     (e, f, xi, W, hist, hist_value, hist_n, hist_active, hist_held, omega_shape, omega_rate,
      held) = factor_fields
@@ -349,8 +354,8 @@ def _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact):
         raise ValueError("The compiled schedule needs a proper Gamma prior on the precisions (a0, b0 > 0); "
                          "fit Tipping & Faul's limit a0 = b0 = 0 with `compiled=False`.")
     big = np.iinfo(np.int64).max // 4
-    design = Phi.T if CS.transposed(kind) else Phi  # the layout of Data.design
-    shape = (bucket(M), bucket(N)) if CS.transposed(kind) else (bucket(N), bucket(M))
+    design = Phi.T if transposed(kind) else Phi  # the layout of Data.design
+    shape = (bucket(M), bucket(N)) if transposed(kind) else (bucket(N), bucket(M))
     if design.shape != shape or not design.flags.c_contiguous:
         padded = np.zeros(shape)
         padded[:design.shape[0], :design.shape[1]] = design
@@ -362,7 +367,7 @@ def _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact):
     def scalar(v, dtype=np.float64):
         return np.asarray(v, dtype=dtype)
 
-    col_sq = np.einsum("mn,mn->m" if CS.transposed(kind) else "nm,nm->m", design, design)
+    col_sq = np.einsum("mn,mn->m" if transposed(kind) else "nm,nm->m", design, design)
     data = Data(design=design, squares=squares, col_sq=col_sq, t=t, omega=omega, proj=proj,
                 a0=scalar(a0), b0=scalar(b0), e0=scalar(e0), f0=scalar(f0), c=scalar(c), d=scalar(d), tol=scalar(tol),
                 max_passes=scalar(max_passes, np.int64), max_moves=scalar(big if max_moves is None else max_moves,
@@ -428,7 +433,7 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     pass a call, a report after every pass)."""
     kind, data, (N, M) = _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact)
     cap, length = _lengths(M, capacity, trace_length)
-    st, buf = _start(data, CF.host_state(factor, kind, N, data.t.shape[0], data.col_sq.shape[0]), cap, length)
+    st, buf = _start(data, CF.host_state(factor, kind, N, *_padded_sizes(data)), cap, length)
     values, events = [], []  # the trace's entries taken off the buffer when it filled
 
     def take_off(buf, length):
@@ -485,7 +490,7 @@ def run_many(lanes, batch_size=1, capacity=None, trace_length=None, threads=1):
     (kind,), ((N, M),) = kinds, sizes
     n = len(lanes)
     cap, length = _lengths(M, capacity, trace_length)
-    starts = [_start(data, CF.host_state(lane[1], kind, N, data.t.shape[0], data.col_sq.shape[0]), cap, length) + (data,)
+    starts = [_start(data, CF.host_state(lane[1], kind, N, *_padded_sizes(data)), cap, length) + (data,)
               for (_, data, _), lane in zip(prepared, lanes)]
     groups = max(1, min(int(threads), n)) if int(batch_size) <= 1 else 1
     size = -(-n // groups)

@@ -8,10 +8,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from . import compiled_state as CS
 from . import jax_algebra as J
-from .compiled_state import (COLLINEAR, LOG_ALPHA_TOL, MAX_ALIGNMENT, MAX_SPREAD, active_spread, block, gather,
-                             leave_one_out, padded, slot_index, slots, statistics)
+from .compiled_state import (COLLINEAR, LOG_ALPHA_TOL, MAX_ALIGNMENT, MAX_SPREAD, active_spread, block, column,
+                             gather, leave_one_out, padded, project, slot_index, slots, statistics)
 from .passes import ADD, REESTIMATE
 
 __all__ = ["best_move", "reestimate", "add", "newton_polish"]
@@ -101,11 +100,11 @@ def add(st, buf, data, k, x_new, kind):
     ok = ok & ~((after > MAX_SPREAD) & (after > spread))
 
     def apply(st):
-        phi = CS.column(data, k, kind)
-        c = CS.project(data, phi, kind)
+        phi = column(data, k, kind)
+        c = project(data, phi, kind)
         blocked = st.blocked | (jnp.abs(c) > MAX_ALIGNMENT * jnp.sqrt(data.col_sq[k] * data.col_sq))
         if kind != "gaussian":
-            c = CS.project(data, st.W * phi, kind)  # B's column: Phi^T diag(W) phi_k
+            c = project(data, st.W * phi, kind)  # B's column: Phi^T diag(W) phi_k
         mu_k = sigma_kk * st.Q[k]
         e = st.g * (c - buf.C @ z)
         Sigma = st.Sigma + sigma_kk * jnp.outer(z, z)

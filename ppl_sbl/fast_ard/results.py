@@ -25,8 +25,8 @@ def active_gaussian(fit: FastFit):
     mean[fit.active] = fit.mu
     log_det = float(np.linalg.slogdet(fit.Sigma)[1]) if K else 0.0
     return G.ActiveGaussian(mean=mean, cov=cov, base=np.zeros(0), index=index,
-                                           frozen_var=np.asarray(fit.frozen_var, dtype=np.float64),
-                                           log_det=np.float64(log_det), factor_var=np.zeros(0))
+                            frozen_var=np.asarray(fit.frozen_var, dtype=np.float64),
+                            log_det=np.float64(log_det), factor_var=np.zeros(0))
 
 
 def alpha_factors(fit: FastFit, a0):
