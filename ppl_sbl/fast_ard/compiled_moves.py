@@ -4,7 +4,6 @@ buffers (:mod:`ppl_sbl.fast_ard.compiled_state`), each the host schedule's
 (:class:`ppl_sbl.fast_ard.schedule._Schedule`) move of the same name."""
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -147,10 +146,10 @@ def _log_newton_step(x, g, H, free):
 
     def attempt(n):
         damping = jnp.where(n == 0, 0.0, base * 2.0 ** (n - 1))
-        return jnp.linalg.cholesky(neg + damping * eye)
+        return J.cholesky(neg + damping * eye)
 
     def damped_start(_):  # not positive definite as it is: the damping past minus the lowest eigenvalue
-        lowest = jnp.linalg.eigvalsh(neg)[0]
+        lowest = J.eigvalsh(neg)[0]
         return jnp.where(lowest > 0, 1, 1 + jnp.maximum(0, jnp.ceil(jnp.log2(jnp.maximum(-lowest / base, 1.0)))))
 
     undamped = attempt(0)
@@ -169,7 +168,7 @@ def _log_newton_step(x, g, H, free):
     n, L = lax.while_loop(cond, body, (n0, lax.cond(plain, lambda _: undamped, lambda _: attempt(n0), None)))
     ok = finite & (n < _DAMPINGS) & jnp.all(jnp.isfinite(L))
     L = jnp.where(ok, L, jnp.eye(L.shape[0]))
-    step = jax.scipy.linalg.cho_solve((L, True), grad)
+    step = J.cho_solve(L, grad)
     return jnp.where(free, step, 0.0), ok
 
 

@@ -195,7 +195,7 @@ def coefficient_terms(st, data):
     rate = shape / st.x
     e_log_alpha = gamma_mean_log(shape, rate)
     log_p_w = jnp.sum(jnp.where(data.columns, 0.5 * (e_log_alpha - J.LOG_2PI - st.x * second), 0.0))
-    _, log_det = jnp.linalg.slogdet(padded(st.Sigma, valid))
+    _, log_det = J.slogdet(padded(st.Sigma, valid))
     frozen = jnp.sum(jnp.where(st.active | ~data.columns, 0.0, jnp.log(frozen_var)))
     entropy_w = gaussian_entropy(log_det + frozen, data.m)  # q(w): the active block and the frozen ones
     alpha = J.gamma_prior_and_entropy(jnp.full(st.x.shape, shape), rate, data.a0, data.b0, data.columns)

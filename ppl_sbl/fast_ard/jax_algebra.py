@@ -185,16 +185,51 @@ def gamma_prior_and_entropy(shape, rate, a0, b0, mask=None):
     return jnp.sum(terms if mask is None else jnp.where(mask, terms, 0.0))
 
 
+# The dense factorisations of one fit's matrices. Under ``jax.vmap`` (fits side by side) each runs
+# as a loop over the fits, one matrix per LAPACK call (``jax.custom_batching.sequential_vmap``):
+# jaxlib's CPU kernels split a batch of matrices over the thread pool that also runs the program's
+# operations and block until the parts are done, so two batched calls at once on a pool of two
+# threads wait for each other for ever.
+@jax.custom_batching.sequential_vmap
+def cholesky(P):
+    """The lower Cholesky factor of P (NaN where P is not positive definite)."""
+    return jnp.linalg.cholesky(P)
+
+
+@jax.custom_batching.sequential_vmap
+def eigvalsh(A):
+    """The eigenvalues of the symmetric A, ascending."""
+    return jnp.linalg.eigvalsh(A)
+
+
+@jax.custom_batching.sequential_vmap
+def slogdet(A):
+    """(sign, ln |det A|)."""
+    return jnp.linalg.slogdet(A)
+
+
+@jax.custom_batching.sequential_vmap
+def lower_solve(L, B):
+    """L^-1 B for a lower triangular L."""
+    return jax.scipy.linalg.solve_triangular(L, B, lower=True)
+
+
+@jax.custom_batching.sequential_vmap
+def cho_solve(L, b):
+    """P^-1 b from the lower Cholesky factor L of P."""
+    return jax.scipy.linalg.cho_solve((L, True), b)
+
+
 def scaled_cholesky(P):
     """(L, d): the Cholesky factor L of P scaled to a unit diagonal, d = 1/sqrt(diag P); L is NaN
     where P is not positive definite to working precision."""
     d = 1.0 / jnp.sqrt(jnp.diag(P))
-    return jnp.linalg.cholesky(P * d[:, None] * d[None, :]), d
+    return cholesky(P * d[:, None] * d[None, :]), d
 
 
 def inverse_from_cholesky(L, d):
     """P^-1 from :func:`scaled_cholesky`'s (L, d), symmetrised."""
     eye = jnp.eye(L.shape[0], dtype=L.dtype)
-    inv_L = jax.scipy.linalg.solve_triangular(L, eye, lower=True)
+    inv_L = lower_solve(L, eye)
     inv = (inv_L.T @ inv_L) * d[:, None] * d[None, :]
     return 0.5 * (inv + inv.T)
