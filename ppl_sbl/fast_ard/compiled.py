@@ -37,7 +37,7 @@ from . import compiled_factors as CF
 from . import compiled_moves as CM
 from . import jax_algebra as J
 from .compiled_state import (CONVERGED, GROW_ACTIVE, GROW_TRACE, MOVES, PASS_END, RUNNING, START, STOPPED, Buffers,
-                             Data, State, column, flush, record, slots, transposed)
+                             Data, State, choose, column, flush, record, slots, transposed)
 from .passes import MOVES_PER_COEFFICIENT, REESTIMATE, UPDATE
 
 __all__ = ["supports", "run", "run_many", "bucket", "grow", "power_of_two"]
@@ -59,7 +59,7 @@ def _when(pred, fn, operand, lanes):
     if not lanes:
         return lax.cond(pred, fn, lambda o: o, operand)
     anyone = lax.pmax(pred.astype(jnp.int32), LANES) > 0
-    return lax.cond(anyone, lambda o: _choose(pred, fn(o), o), lambda o: o, operand)
+    return lax.cond(anyone, lambda o: choose(pred, fn(o), o), lambda o: o, operand)
 
 
 def _switch(index, branches, operand, lanes):
@@ -122,7 +122,7 @@ def _move_step(st, buf, data, per_pass, kind, lanes=False):
     def made(ok, st):
         recorded = record(st._replace(moves=st.moves + 1, cycle_made=st.cycle_made + cycling), st.value + gain,
                           jnp.where(cycling, REESTIMATE, move))
-        return lax.cond(ok, lambda _: recorded, lambda _: st._replace(held=st.held.at[k].set(True)), None)
+        return choose(ok, recorded, st._replace(held=st.held.at[k].set(True)))
 
     def reestimate(st):
         slot = jnp.where(cycling, j, jnp.argmax((st.index == k) & slots(st)))
@@ -159,10 +159,6 @@ def _move_step(st, buf, data, per_pass, kind, lanes=False):
     return flush(st, buf)
 
 
-def _choose(pred, a, b):
-    return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
-
-
 def _evaluations(st, buf, data, kind, starting):
     """The factor set afresh at its updated parameters and the ELBO there (recorded), then the
     extrapolation's trials (:func:`ppl_sbl.fast_ard.compiled_factors.plan`; none at the start of a
@@ -174,13 +170,13 @@ def _evaluations(st, buf, data, kind, starting):
     def body(carry):
         i, length, searching, cur, cur_buf, value, new, d = carry
         first = i == 0
-        trial = _choose(first, cur, CF.set_parameters(cur, new + d * length, kind))
+        trial = choose(first, cur, CF.set_parameters(cur, new + d * length, kind))
         trial, trial_buf = CF.set_factor(trial, cur_buf, data, kind)
         trial_value = CF.elbo(trial, trial_buf, data, kind)
         # after the first evaluation: its record and the extrapolation's plan
         base = record(trial, trial_value, jnp.where(starting, 0, UPDATE))
         planned, go, new0, d0, length0 = CF.plan(base, trial_value, kind)
-        base = _choose(starting, base, planned)
+        base = choose(starting, base, planned)
         # after a trial: kept where it raises the ELBO, else the next length
         kept = ~first & (trial_value > value)
         won = record(trial._replace(hist_n=jnp.zeros_like(trial.hist_n)), trial_value, UPDATE)
@@ -188,8 +184,8 @@ def _evaluations(st, buf, data, kind, starting):
         return (i + 1,
                 jnp.where(first, length0, jnp.where(kept, length, shorter)),
                 jnp.where(first, go & ~starting & (length0 >= 1.0), ~kept & (shorter >= 1.0)),
-                _choose(first, base, _choose(kept, won, cur)),
-                _choose(first | kept, trial_buf, cur_buf),
+                choose(first, base, choose(kept, won, cur)),
+                choose(first | kept, trial_buf, cur_buf),
                 jnp.where(first | kept, trial_value, value),
                 jnp.where(first, new0, new), jnp.where(first, d0, d))
 

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from . import jax_algebra as J
-from .compiled_state import (COLLINEAR, LOG_ALPHA_TOL, MAX_ALIGNMENT, MAX_SPREAD, active_spread, block, column,
-                             gather, leave_one_out, padded, project, slot_index, slots, statistics)
+from .compiled_state import (COLLINEAR, LOG_ALPHA_TOL, MAX_ALIGNMENT, MAX_SPREAD, active_spread, block, choose,
+                             column, gather, leave_one_out, padded, project, slot_index, slots, statistics)
 from .passes import ADD, REESTIMATE
 
 __all__ = ["best_move", "reestimate", "add", "newton_polish"]
@@ -82,7 +82,7 @@ def reestimate(st, buf, k, x_new, j):
         return st._replace(Sigma=st.Sigma - kappa * jnp.outer(col, col), mu=st.mu - kappa * mu_j * col,
                            S=st.S + kappa * e * e, Q=st.Q + kappa * mu_j * e, x=st.x.at[k].set(x_new))
 
-    return ok, lax.cond(ok, apply, lambda st: st, st)
+    return ok, choose(ok, apply(st), st)
 
 
 def add(st, buf, data, k, x_new, kind):

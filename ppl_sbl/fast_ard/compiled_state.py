@@ -125,6 +125,11 @@ class State(NamedTuple):
     recent_n: jax.Array
 
 
+def choose(pred, a, b):
+    """``a`` where ``pred``, else ``b``, field by field (fields the two share stay as they are)."""
+    return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
+
+
 def slots(st):
     """Which slots hold an active coefficient (cap,)."""
     return jnp.arange(st.mu.shape[0]) < st.K
