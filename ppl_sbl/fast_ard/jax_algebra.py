@@ -1,7 +1,8 @@
 """One coefficient of the ARD family in JAX, for the compiled schedule
 (:mod:`ppl_sbl.fast_ard.compiled`): eq. (1) and (2) of :mod:`ppl_sbl.fast_ard`, their maximisers
 (the cubic (4) and the quadratic (5)) and the Gamma terms of the restricted-family ELBO, as
-:mod:`ppl_sbl.fast_ard.algebra` computes them on the host, on arrays of fixed shape.
+:mod:`ppl_sbl.fast_ard.algebra` computes them on the host, on arrays of fixed shape; and the dense
+factorisations of the program's matrices, one fit's matrix per LAPACK call.
 
 Proper hyperpriors only (a0, b0 > 0; the host's :mod:`ppl_sbl.fast_ard.algebra` also has Tipping &
 Faul's limit a0 = b0 = 0). a0 and b0 are traced, so a new value of either does not compile a new
@@ -187,9 +188,9 @@ def gamma_prior_and_entropy(shape, rate, a0, b0, mask=None):
 
 # The dense factorisations of one fit's matrices. Under ``jax.vmap`` (fits side by side) each runs
 # as a loop over the fits, one matrix per LAPACK call (``jax.custom_batching.sequential_vmap``):
-# jaxlib's CPU kernels split a batch of matrices over the thread pool that also runs the program's
-# operations and block until the parts are done, so two batched calls at once on a pool of two
-# threads wait for each other for ever.
+# jaxlib's CPU LAPACK kernels split a batch of matrices over the thread pool that also runs the
+# program's operations and block until the parts are done, so that two batched calls at once on a
+# pool of two threads wait for each other for ever.
 @jax.custom_batching.sequential_vmap
 def cholesky(P):
     """The lower Cholesky factor of P (NaN where P is not positive definite)."""
