@@ -42,6 +42,7 @@
 import inspect
 import os
 import time
+import warnings
 
 import matplotlib
 
@@ -656,7 +657,9 @@ plt.show()
 p_final = sinc[0]["fits"]["p-grid"]
 d0_, T0_ = sinc[0]["data"], sinc[0]["T"]
 early = int(np.argmax(p_final.elbo - p_final.elbo_trace < 0.1)) + 1
-p_early = cavi(grid_rvm.regression, T0_, d0_.t_train, kind="p", max_sweeps=early)
+with warnings.catch_warnings():  # stopped before convergence on purpose: no ConvergenceWarning
+    warnings.simplefilter("ignore", ppl_sbl.ConvergenceWarning)
+    p_early = cavi(grid_rvm.regression, T0_, d0_.t_train, kind="p", max_sweeps=early)
 
 
 def log_means(res):
