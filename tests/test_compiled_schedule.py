@@ -7,6 +7,7 @@ import pytest
 
 from ppl_sbl import fast_ard as F
 from ppl_sbl.fast_ard import compiled
+from ppl_sbl.fast_ard import jax_algebra as J
 from ppl_sbl.fast_ard.units import standard_units
 
 from problems import random_classification, random_regression
@@ -284,6 +285,38 @@ def test_jax_optimum_is_the_host_optimum_over_many_orders_of_magnitude(a0, b0):
         assert np.isnan(got[5]) and np.isnan(got_value[5])
         np.testing.assert_allclose(got[rows], x[rows], rtol=1e-9)
         np.testing.assert_allclose(got_value[rows], value[rows], rtol=1e-9, atol=1e-12)
+
+
+def test_vmapped_factorisations_take_one_fit_a_call_on_a_cpu(monkeypatch):
+    """The compiled program's factorisations under ``jax.vmap`` equal NumPy's, matrix by matrix; on
+    a CPU each LAPACK call factors one fit's matrix (jaxlib's batched CPU kernels wait for their parts
+    on the pool that runs the program: two at once on two cores never return), elsewhere the call
+    keeps the batch."""
+    import re
+
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(4, 5, 5))
+    P = A @ A.transpose(0, 2, 1) + 5.0 * np.eye(5)
+    b = rng.normal(size=5)
+    L = np.linalg.cholesky(P)
+    want = (L, np.linalg.eigvalsh(P), np.linalg.slogdet(P)[1], np.linalg.solve(P, b), np.linalg.inv(L))
+
+    def batch_dims(backend):
+        monkeypatch.setattr(jax, "default_backend", lambda: backend)
+        fn = jax.jit(jax.vmap(lambda P: (J.cholesky(P), J.eigvalsh(P), J.slogdet(P)[1],
+                                         J.cho_solve(J.cholesky(P), jnp.asarray(b)),
+                                         J.lower_solve(J.cholesky(P), jnp.eye(5)))))
+        for got, ref in zip(fn(P), want):
+            np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+        text = fn.lower(P).as_text()
+        return set(re.findall(r'custom_call @(lapack_\w+)\([^\n]*?num_batch_dims = "(\d+)"', text))
+
+    names = {"lapack_dpotrf_ffi", "lapack_dsyevd_ffi", "lapack_dgetrf_ffi", "lapack_dtrsm_ffi"}
+    assert batch_dims("cpu") == {(name, "0") for name in names}
+    assert batch_dims("gpu") == {(name, "1") for name in names}
 
 
 def test_vmapped_optima_share_the_fallback_and_equal_each_alone():

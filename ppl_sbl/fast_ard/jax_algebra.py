@@ -9,6 +9,7 @@ Faul's limit a0 = b0 = 0). a0 and b0 are traced, so a new value of either does n
 program."""
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -186,36 +187,55 @@ def gamma_prior_and_entropy(shape, rate, a0, b0, mask=None):
     return jnp.sum(terms if mask is None else jnp.where(mask, terms, 0.0))
 
 
-# The dense factorisations of one fit's matrices. Under ``jax.vmap`` (fits side by side) each runs
-# as a loop over the fits, one matrix per LAPACK call (``jax.custom_batching.sequential_vmap``):
-# jaxlib's CPU LAPACK kernels split a batch of matrices over the thread pool that also runs the
-# program's operations and block until the parts are done, so that two batched calls at once on a
-# pool of two threads wait for each other for ever.
-@jax.custom_batching.sequential_vmap
+def _one_fit_a_call(fn):
+    """``fn`` of one fit's matrices. Under ``jax.vmap`` (fits side by side) on a CPU, a loop over
+    the fits, one matrix per LAPACK call: jaxlib's CPU LAPACK kernels split a batch of matrices
+    over the thread pool that also runs the program's operations and block until the parts are
+    done, so that two batched calls at once on a pool of two threads wait for each other for ever.
+    On other backends, the batched call."""
+    batched = jax.custom_batching.custom_vmap(fn)
+
+    @batched.def_vmap
+    def rule(axis_size, in_batched, *args):
+        del axis_size
+        if jax.default_backend() != "cpu":
+            out = jax.vmap(fn, in_axes=[0 if b else None for b in in_batched])(*args)
+        else:
+            def one(mapped):
+                it = iter(mapped)
+                return fn(*[next(it) if b else a for a, b in zip(args, in_batched)])
+
+            out = lax.map(one, [a for a, b in zip(args, in_batched) if b])
+        return out, jax.tree.map(lambda _: True, out)
+
+    return functools.wraps(fn)(batched)
+
+
+@_one_fit_a_call
 def cholesky(P):
     """The lower Cholesky factor of P (NaN where P is not positive definite)."""
     return jnp.linalg.cholesky(P)
 
 
-@jax.custom_batching.sequential_vmap
+@_one_fit_a_call
 def eigvalsh(A):
     """The eigenvalues of the symmetric A, ascending."""
     return jnp.linalg.eigvalsh(A)
 
 
-@jax.custom_batching.sequential_vmap
+@_one_fit_a_call
 def slogdet(A):
     """(sign, ln |det A|)."""
     return jnp.linalg.slogdet(A)
 
 
-@jax.custom_batching.sequential_vmap
+@_one_fit_a_call
 def lower_solve(L, B):
     """L^-1 B for a lower triangular L."""
     return jax.scipy.linalg.solve_triangular(L, B, lower=True)
 
 
-@jax.custom_batching.sequential_vmap
+@_one_fit_a_call
 def cho_solve(L, b):
     """P^-1 b from the lower Cholesky factor L of P."""
     return jax.scipy.linalg.cho_solve((L, True), b)
