@@ -2,6 +2,8 @@
 (ppl_sbl.fast_ard.schedule's _Schedule and run_passes): the same moves, the same fit to rounding,
 on random problems (random data and hyperparameters; the shapes fixed, so that the problems share
 their compiled programs)."""
+import re
+
 import numpy as np
 import pytest
 
@@ -269,7 +271,6 @@ def test_jax_optimum_is_the_host_optimum_over_many_orders_of_magnitude(a0, b0):
     arithmetic for every row), from good and from far-off guesses, q^2 / s near 1 included."""
     import jax.numpy as jnp
 
-    from ppl_sbl.fast_ard import jax_algebra
     from ppl_sbl.fast_ard.algebra import optimum_unchecked
 
     rng = np.random.default_rng(11)
@@ -280,11 +281,16 @@ def test_jax_optimum_is_the_host_optimum_over_many_orders_of_magnitude(a0, b0):
     x, value = optimum_unchecked(s, q, a0, b0)
     for start in (x * 10 ** rng.uniform(-0.1, 0.1, n), x * 10 ** rng.uniform(-4, 4, n)):
         rows = np.arange(n) != 5  # a row left out gives NaN
-        got, got_value = (np.asarray(v) for v in jax_algebra.warm_optimum(
+        got, got_value = (np.asarray(v) for v in J.warm_optimum(
             jnp.asarray(s), jnp.asarray(q), a0, b0, jnp.asarray(start), jnp.asarray(rows)))
         assert np.isnan(got[5]) and np.isnan(got_value[5])
         np.testing.assert_allclose(got[rows], x[rows], rtol=1e-9)
         np.testing.assert_allclose(got_value[rows], value[rows], rtol=1e-9, atol=1e-12)
+
+
+def _lapack_calls(text):
+    """{(LAPACK kernel, its number of batch dimensions)} of a lowered program's text."""
+    return set(re.findall(r'custom_call @(lapack_\w+)\([^\n]*?num_batch_dims = "(\d+)"', text))
 
 
 def test_vmapped_factorisations_take_one_fit_a_call_on_a_cpu(monkeypatch):
@@ -292,8 +298,6 @@ def test_vmapped_factorisations_take_one_fit_a_call_on_a_cpu(monkeypatch):
     a CPU each LAPACK call factors one fit's matrix (jaxlib's batched CPU kernels wait for their parts
     on the pool that runs the program: two at once on two cores never return), elsewhere the call
     keeps the batch."""
-    import re
-
     import jax
     import jax.numpy as jnp
 
@@ -311,8 +315,7 @@ def test_vmapped_factorisations_take_one_fit_a_call_on_a_cpu(monkeypatch):
                                          J.lower_solve(J.cholesky(P), jnp.eye(5)))))
         for got, ref in zip(fn(P), want):
             np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
-        text = fn.lower(P).as_text()
-        return set(re.findall(r'custom_call @(lapack_\w+)\([^\n]*?num_batch_dims = "(\d+)"', text))
+        return _lapack_calls(fn.lower(P).as_text())
 
     names = {"lapack_dpotrf_ffi", "lapack_dsyevd_ffi", "lapack_dgetrf_ffi", "lapack_dtrsm_ffi"}
     assert batch_dims("cpu") == {(name, "0") for name in names}
@@ -327,7 +330,6 @@ def test_vmapped_optima_share_the_fallback_and_equal_each_alone():
     import jax
     import jax.numpy as jnp
 
-    from ppl_sbl.fast_ard import jax_algebra
     from ppl_sbl.fast_ard.algebra import optimum_unchecked
 
     rng = np.random.default_rng(5)
@@ -340,9 +342,9 @@ def test_vmapped_optima_share_the_fallback_and_equal_each_alone():
     start = exact[0].copy()
     start[1, :2] *= 1e8
     start[2] *= 1e8
-    alone = [jax_algebra.warm_optimum(jnp.asarray(s[i]), jnp.asarray(q[i]), a0, b0, jnp.asarray(start[i]),
-                                      jnp.asarray(rows[i])) for i in range(3)]
-    together = jax.vmap(lambda *a: jax_algebra.warm_optimum(a[0], a[1], a0, b0, a[2], a[3], axis_name="fits"),
+    alone = [J.warm_optimum(jnp.asarray(s[i]), jnp.asarray(q[i]), a0, b0, jnp.asarray(start[i]),
+                            jnp.asarray(rows[i])) for i in range(3)]
+    together = jax.vmap(lambda *a: J.warm_optimum(a[0], a[1], a0, b0, a[2], a[3], axis_name="fits"),
                         axis_name="fits")(jnp.asarray(s), jnp.asarray(q), jnp.asarray(start), jnp.asarray(rows))
     for i in range(3):
         for got, want, host in zip(together, alone[i], exact):
@@ -382,8 +384,6 @@ def test_fit_grid_fast_fits_are_the_fast_fits_one_by_one(monkeypatch):
     The vmapped program factors one fit's matrix per LAPACK call: jaxlib's CPU kernels split a
     batched call over the thread pool that runs the program and wait for the parts, and two such
     calls at once on two cores never return."""
-    import re
-
     import ppl_sbl
     from ppl_sbl.models import rvm
 
@@ -395,8 +395,7 @@ def test_fit_grid_fast_fits_are_the_fast_fits_one_by_one(monkeypatch):
     program, calls = compiled._programs, []
     monkeypatch.setattr(compiled, "_programs", lambda *a, **k: calls.append((a, k)) or program(*a, **k))
     grid = ppl_sbl.fit_grid(rvm.classification, designs, t, names=widths, schedule="fast", batch_size=3)
-    text = program.lower(*calls[0][0], **calls[0][1]).as_text()
-    lapack = re.findall(r'custom_call @(lapack_\w+)\([^\n]*?num_batch_dims = "(\d+)"', text)
+    lapack = _lapack_calls(program.lower(*calls[0][0], **calls[0][1]).as_text())
     assert {name for name, _ in lapack} >= {"lapack_dpotrf_ffi", "lapack_dsyevd_ffi", "lapack_dtrsm_ffi"}
     assert {batch for _, batch in lapack} == {"0"}
     assert list(grid) == widths
@@ -422,7 +421,6 @@ def test_a_compiled_fit_with_a_progress_bar_reports_its_passes_and_its_program_i
     would compile it again): the bar ends at the host loop's count of passes, and JAX caches the
     program of a fit that reports progress."""
     import logging
-    import re
 
     import ppl_sbl
     from ppl_sbl.models import rvm
