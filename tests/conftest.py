@@ -73,8 +73,9 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
-_MAX_MAPPINGS = 30000  # about half of the usual vm.max_map_count (65530)
-_CHECK_EVERY = 500  # compilations between two counts of the mappings (each maps about five regions)
+_MAX_MAPPINGS = 40000  # three fifths of the usual vm.max_map_count (65530)
+_CHECK_EVERY = 500  # compilations between two counts of the mappings (each maps five regions or more: one
+#                     interval of the default run added 10,000, which leaves the mark well below the limit)
 _compilations = [0]  # since the last count
 
 
@@ -91,9 +92,9 @@ def _free_compiled_programs():
     """Free the compiled programs after a test if the process holds many memory mappings: every
     compiled CPU program maps its code into the process, and a worker that runs many tests would
     otherwise reach the kernel's limit (vm.max_map_count), where the compiler aborts. Below the
-    mark the programs stay, for the next tests that compile the same ones. The mappings are
-    counted (reading /proc/self/maps takes milliseconds) once the worker has compiled
-    ``_CHECK_EVERY`` programs since the last count."""
+    mark the programs stay, for the next tests that compile the same ones (freeing them takes
+    seconds). The mappings are counted (reading /proc/self/maps takes milliseconds) once the worker
+    has compiled ``_CHECK_EVERY`` programs since the last count."""
     yield
     if _compilations[0] < _CHECK_EVERY:
         return
