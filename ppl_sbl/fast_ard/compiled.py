@@ -17,7 +17,8 @@ passes (:data:`REPORT_INTERVAL`), which reports and calls the program again: the
 host callback, so JAX's persistent compilation cache keeps it.
 
 The likelihood factors are those of the RVMs and robust RVMs, one output each
-(:mod:`ppl_sbl.fast_ard.compiled_factors`). The state and the operations every factor shares
+(:mod:`ppl_sbl.fast_ard.compiled_factors`); the multiclass RVM's outputs run in
+:mod:`ppl_sbl.fast_ard.compiled_outputs`, each output's moves by :func:`move_step`. The state and the operations every factor shares
 are in :mod:`ppl_sbl.fast_ard.compiled_state`, the moves in :mod:`ppl_sbl.fast_ard.compiled_moves`.
 :func:`run_many` runs several fits of one shape in one program."""
 from __future__ import annotations
@@ -73,12 +74,13 @@ def _switch(index, branches, operand, lanes):
 
 
 
-def _move_step(st, buf, data, per_pass, kind, lanes=False):
+def move_step(st, buf, data, per_pass, kind, lanes=False, polish_step=True):
     """One step of a pass (``run_passes``'s inner loop): the best move; where none is left, the
     polish (``_Schedule.polish``): the joint Newton step on the pending re-estimates where it makes
     one, else a cycle over them in slot order, one a step, each to the maximiser of (1) given the
     others as they stand then, where that still moves it by ``settle``, gains and is not refused
-    (refused: held for the pass); the pass's end where the polish makes no move. Returns the state
+    (refused: held for the pass); the pass's end where the polish makes no move (or where none is
+    left, with ``polish_step=False``: an output's turn of ``schedule_outputs``). Returns the state
     and buffers after it."""
     budget = jnp.minimum(data.max_moves - st.moves, per_pass - (st.moves - st.first))
     settle = jnp.sqrt(data.tol)
@@ -99,7 +101,7 @@ def _move_step(st, buf, data, per_pass, kind, lanes=False):
     # 0 end, 1 polish, 2 re-estimate, 3 grow, 4 add, 5 trace full, 6 cycle: skip a slot, 7 cycle: done
     action = jnp.where(~room, 5, jnp.where(budget <= 0, 0, jnp.where(
         cycling, jnp.where(jnp.any(waiting), jnp.where(cycle_ok, 2, 6), 7),
-        jnp.where(~found, 1, jnp.where(move == REESTIMATE, 2, jnp.where(K >= cap, 3, 4))))))
+        jnp.where(~found, 1 if polish_step else 0, jnp.where(move == REESTIMATE, 2, jnp.where(K >= cap, 3, 4))))))
     if lanes:  # a fit whose pass has ended waits for the others (vmap keeps its state): no branch for it
         action = jnp.where((st.status == RUNNING) & (st.phase == MOVES), action, 6)
     k = jnp.where(cycling, st.index[j], k)
@@ -145,7 +147,8 @@ def _move_step(st, buf, data, per_pass, kind, lanes=False):
     def done(st):
         return st._replace(cycling=jnp.asarray(False), phase=jnp.where(st.cycle_made > 0, MOVES, PASS_END)), none
 
-    branches = tuple(lambda sc, fn=fn: fn(sc[0]) for fn in (end, polish, reestimate, grow, add, full, skip, done))
+    branches = tuple(lambda sc, fn=fn: fn(sc[0]) for fn in (end, polish if polish_step else end, reestimate, grow,
+                                                            add, full, skip, done))
     st, c = _switch(action, branches, (st, none), lanes)
     st = st._replace(cycle_next=jnp.where(cycling & ((action == 2) | (action == 6)), j + 1, st.cycle_next)
                      .astype(st.cycle_next.dtype))
@@ -239,7 +242,7 @@ def _passes(st, buf, data, until, kind, lanes=False):
             st, _ = carry
             return (st.status == RUNNING) & (st.phase == MOVES)
 
-        return lax.while_loop(cond, lambda c: _move_step(*c, data, per_pass, kind, lanes), carry)
+        return lax.while_loop(cond, lambda c: move_step(*c, data, per_pass, kind, lanes), carry)
 
     def passes(carry):
         st, buf = moves(carry)
@@ -255,7 +258,7 @@ def _passes(st, buf, data, until, kind, lanes=False):
 
 #: XLA's options for the schedule's programs: copy insertion with region analysis, which leaves out
 #: copies of the state's fields that a move's branch passes on unchanged (the eight-way switch of
-#: :func:`_move_step` carries the whole state). The same arithmetic, fewer operations per move.
+#: :func:`move_step` carries the whole state). The same arithmetic, fewer operations per move.
 OPTIONS = {"xla_cpu_copy_insertion_use_region_analysis": True}
 
 _program = functools.partial(jax.jit, static_argnames=("kind",), donate_argnums=(0, 1),
@@ -276,14 +279,14 @@ def _programs(st, buf, data, kind, batch_size):
                        batched=jax.vmap(lambda lane: _passes(*lane, never, kind, True), axis_name=LANES))
 
 
-def _padded_sizes(data):
+def padded_sizes(data):
     """(N, M) of the padded problem (whatever the design's layout, :func:`transposed`)."""
     return data.t.shape[0], data.col_sq.shape[0]
 
 
-def _start(data, factor_fields, cap, length):
+def empty_state(data, factor_fields, cap, length):
     """The empty model (host NumPy), to be started by the program (phase ``START``)."""
-    N, M = _padded_sizes(data)
+    N, M = padded_sizes(data)
     zeros, i32, i64 = np.zeros, np.int32, np.int64
     (e, f, xi, W, hist, hist_value, hist_n, hist_active, hist_held, omega_shape, omega_rate,
      held) = factor_fields
@@ -300,7 +303,7 @@ def _start(data, factor_fields, cap, length):
     return st, buf
 
 
-def _grown(st, buf, cap):
+def grown(st, buf, cap):
     """The state in buffers of capacity ``cap`` (slots); stacked fits alike (the slot axes are the
     trailing ones)."""
     def pad(a, axes, size=cap):
@@ -379,7 +382,7 @@ def _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact):
 CAPACITY = 32
 
 
-def _lengths(M, capacity, trace_length):
+def lengths(M, capacity, trace_length):
     """The active block's first capacity (default :data:`CAPACITY`) and the trace buffer's length."""
     cap = min(power_of_two(M), power_of_two(CAPACITY if capacity is None else capacity))
     length = power_of_two(max(4 * M + 256 if trace_length is None else trace_length, 4 * (cap + 1)))
@@ -391,6 +394,13 @@ def _result(out, values, events, factor, kind, N, M):
     (host NumPy) and the trace's entries; the fit's factor written into the host ``factor``."""
     values, events = np.concatenate(values), np.concatenate(events)
     CF.write_back(factor, kind, out, N)
+    return dict(coefficient_fields(out, M), elbo_trace=values, trace_events=events[1:].astype(int),
+                num_moves=int(out.moves), num_passes=int(out.passes), converged=int(out.status) == CONVERGED)
+
+
+def coefficient_fields(out, M):
+    """The coefficients' fields of a :class:`ppl_sbl.fast_ard.FastFit` (active, mu, Sigma, x,
+    frozen_var, supported) from one fit's final state ``out`` (host NumPy)."""
     K = int(out.K)
     active = np.asarray(out.index[:K], dtype=np.intp)
     x, h = np.asarray(out.x[:M]), np.asarray(out.h[:M])
@@ -403,12 +413,10 @@ def _result(out, values, events, factor, kind, N, M):
         s = np.where(xa * diag > 0.5, xa * S / (xa - S), 1.0 / diag - xa)
     q = mu / diag
     return dict(active=active, mu=mu, Sigma=Sigma, x=x, frozen_var=frozen_var,
-                supported=np.abs(q) > np.sqrt(np.maximum(s, 0.0)), elbo_trace=values,
-                trace_events=events[1:].astype(int), num_moves=int(out.moves),
-                num_passes=int(out.passes), converged=int(out.status) == CONVERGED)
+                supported=np.abs(q) > np.sqrt(np.maximum(s, 0.0)))
 
 
-def _host(tree):
+def host_arrays(tree):
     """The arrays of ``tree`` as host NumPy arrays (read-only views of the CPU's buffers: no copy
     where the program ran on the CPU)."""
     return jax.tree.map(np.asarray, tree)
@@ -428,8 +436,8 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     ``report_interval`` seconds or so (each call runs as many passes as fit in that time; 0: one
     pass a call, a report after every pass)."""
     kind, data, (N, M) = _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact)
-    cap, length = _lengths(M, capacity, trace_length)
-    st, buf = _start(data, CF.host_state(factor, kind, N, *_padded_sizes(data)), cap, length)
+    cap, length = lengths(M, capacity, trace_length)
+    st, buf = empty_state(data, CF.host_state(factor, kind, N, *padded_sizes(data)), cap, length)
     values, events = [], []  # the trace's entries taken off the buffer when it filled
 
     def take_off(buf, length):
@@ -448,7 +456,7 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
         status = int(st.status)
         if status == GROW_ACTIVE:
             cap = min(grow(cap), power_of_two(M))
-            st, buf = _grown(st, buf, cap)
+            st, buf = grown(st, buf, cap)
             if buf.trace.shape[0] < 4 * (cap + 1):  # room for a step's entries
                 buf = take_off(buf, power_of_two(4 * (cap + 1)))
         elif status == GROW_TRACE:
@@ -460,7 +468,7 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
             until = np.int64(int(st.passes) + chunk)
         else:
             break
-    out, buf = _host((st, buf))
+    out, buf = host_arrays((st, buf))
     take_off(buf, buf.trace.shape[0])
     if progress is not None:
         progress(int(out.passes), int(out.moves), float(out.start), int(out.K))
@@ -485,8 +493,8 @@ def run_many(lanes, batch_size=1, capacity=None, trace_length=None, threads=1):
                          f"got shapes {sorted(sizes)} and kinds {sorted(kinds)}.")
     (kind,), ((N, M),) = kinds, sizes
     n = len(lanes)
-    cap, length = _lengths(M, capacity, trace_length)
-    starts = [_start(data, CF.host_state(lane[1], kind, N, *_padded_sizes(data)), cap, length) + (data,)
+    cap, length = lengths(M, capacity, trace_length)
+    starts = [empty_state(data, CF.host_state(lane[1], kind, N, *padded_sizes(data)), cap, length) + (data,)
               for (_, data, _), lane in zip(prepared, lanes)]
     groups = max(1, min(int(threads), n)) if int(batch_size) <= 1 else 1
     size = -(-n // groups)
@@ -519,7 +527,7 @@ def _run_group(st, buf, data, kind, M, cap, batch_size):
     values, events = [[] for _ in range(n)], [[] for _ in range(n)]
 
     def take_off(buf, length):
-        host = _host(buf)
+        host = host_arrays(buf)
         for i in range(n):
             values[i].append(np.asarray(host.trace[i, :host.length[i]]))
             events[i].append(np.asarray(host.events[i, :host.length[i]]))
@@ -531,12 +539,12 @@ def _run_group(st, buf, data, kind, M, cap, batch_size):
         status = np.asarray(st.status)
         if np.any(status == GROW_ACTIVE):
             cap = min(grow(cap), power_of_two(M))
-            st, buf = _grown(st, buf, cap)
+            st, buf = grown(st, buf, cap)
             buf = take_off(buf, max(buf.trace.shape[1], power_of_two(4 * (cap + 1))))
         elif np.any(status == GROW_TRACE):
             buf = take_off(buf, buf.trace.shape[1])
         else:
             break
-    out, buf = _host((st, buf))
+    out, buf = host_arrays((st, buf))
     take_off(buf, 1)
     return out, values, events

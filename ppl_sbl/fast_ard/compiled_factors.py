@@ -136,7 +136,7 @@ def set_factor(st, buf, data, kind):
     return CS.refresh(st, buf), buf
 
 
-def _moments(st, buf, data, kind):
+def moments(st, buf, data, kind):
     """The moments of phi_n^T w under the restricted q(w): (mean (N,), the sum of the variances)
     for q(gamma), (mean, the variances (N,)) for the others."""
     frozen_var = jnp.where(st.active, 0.0, 1.0 / (st.x + st.h))
@@ -157,7 +157,7 @@ def update(st, buf, data, kind):
     """The factor's own updates given q(w) (the host factors' ``update``): q(gamma) (grid RVM eq.
     (18)); xi_n^2 = E[(phi_n^T w)^2] (30); the weights' rates first where they update (Hwang &
     Jeong (14)-(15); the robust regression's q(omega) after q(gamma))."""
-    mean, var = _moments(st, buf, data, kind)
+    mean, var = moments(st, buf, data, kind)
     if kind == "gaussian":
         residual = data.t - mean
         return st._replace(e=data.e0 + 0.5 * data.n, f=data.f0 + 0.5 * (residual @ residual + var))
@@ -177,7 +177,7 @@ def elbo(st, buf, data, kind):
     """The restricted-family ELBO: the factor's terms and the coefficients' (``_Schedule.elbo``):
     q(gamma)'s as the grid RVM's (10); the JJ bound's as its (28); the robust RVM's as Hwang &
     Jeong's (17) (classification) and the robust regression guide's ELBO."""
-    mean, var = _moments(st, buf, data, kind)
+    mean, var = moments(st, buf, data, kind)
     real = data.omega > 0
     if kind == "gaussian":
         residual = data.t - mean

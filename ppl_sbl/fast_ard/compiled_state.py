@@ -213,6 +213,11 @@ def record(st, value, event):
                        recent_events=st.recent_events.at[st.recent_n].set(event), recent_n=st.recent_n + 1)
 
 
+def put(v, i, value):
+    """v with v[i] = value (one element)."""
+    return lax.dynamic_update_slice(v, jnp.asarray(value, v.dtype)[None], (i,))
+
+
 def flush(st, buf):
     """The current step's trace entries into the trace (in place)."""
     return st._replace(recent_n=jnp.zeros_like(st.recent_n)), buf._replace(

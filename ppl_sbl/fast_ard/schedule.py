@@ -10,6 +10,7 @@ import numpy as np
 import scipy.linalg
 
 from . import compiled as compiled_schedule
+from . import compiled_outputs
 from .algebra import (check_hyperparameters, frozen_optimum, frozen_value, in_model_change, in_model_value,
                       inverse_and_mean, log_newton_step, scalar_optimum, w_alpha_terms, warm_optimum)
 from .factors import Moments
@@ -557,7 +558,8 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
         (``CAVI``'s ``schedule="auto"`` passes True: it runs the sweep there).
     compiled : run the passes as one compiled XLA program (:mod:`ppl_sbl.fast_ard.compiled`): the
         same moves as the host loop, for one output (:class:`GaussianNoise`,
-        :class:`JaakkolaJordan`, :class:`RobustJaakkolaJordan`, :class:`RobustGaussianNoise`) with a
+        :class:`JaakkolaJordan`, :class:`RobustJaakkolaJordan`, :class:`RobustGaussianNoise`) or the
+        outputs of a :class:`MultinomialProbit` (:mod:`ppl_sbl.fast_ard.compiled_outputs`) with a
         proper hyperprior (a0, b0 > 0); the program compiles once per shape.
 
     Several outputs. A factor with ``num_outputs`` = C (see :func:`ppl_sbl.fast_ard.outputs.schedule_outputs`) has C
@@ -570,7 +572,11 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
     """
     Phi, a0, b0, gain, offset, exact = _checked(Phi, factor, a0, b0, tol, target_scale, entry, vague_only, compiled)
     if getattr(factor, "num_outputs", None) is not None:
-        fit = schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, _Schedule)
+        if compiled:
+            out = compiled_outputs.run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact)
+            fit = MultiFastFit(**dict(out, fits=tuple(FastFit(**f) for f in out["fits"])))
+        else:
+            fit = schedule_outputs(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, _Schedule)
         if gain is None and offset == 0.0:
             return fit
         return fit._replace(fits=tuple(original_units(f, gain, offset) for f in fit.fits),
@@ -594,7 +600,7 @@ def _checked(Phi, factor, a0, b0, tol, target_scale, entry, vague_only, compiled
     if vague_only and not is_vague(a0):
         raise NotApplicable(f"the hyperprior shape a0={a0!r} is not vague (a0 >= ppl_sbl.priors.VAGUE_SHAPE): the "
                             "ELBO's optimum keeps every coefficient in the model, where the sweep goes directly.")
-    if compiled and not compiled_schedule.supports(factor):
+    if compiled and not (compiled_schedule.supports(factor) or compiled_outputs.supports(factor)):
         raise ValueError(f"`compiled=True`: the compiled schedule does not fit a {type(factor).__name__} factor.")
     return Phi, a0, b0, gain, offset, exact
 

@@ -368,17 +368,18 @@ def _multiclass_predict(state: MulticlassState, data: MulticlassData, Phi_new):
 
 
 def _multiclass_fast(Phi, t=None, *, a0=1e-6, b0=None, num_classes=None, tol=1e-9, max_passes=1000,
-                     progress=None, vague_only=False):
+                     progress=None, vague_only=False, compiled=False):
     """The fast schedule with C outputs (:func:`ppl_sbl.fast_ard.schedule`): given E[y], class c's
     column is a regression on targets E[y_c] with unit noise precision; the per-class moves
-    alternate with the update of q(y) (:class:`ppl_sbl.fast_ard.MultinomialProbit`)."""
+    alternate with the update of q(y) (:class:`ppl_sbl.fast_ard.MultinomialProbit`); ``compiled``: as one
+    compiled program (:mod:`ppl_sbl.fast_ard.compiled_outputs`), the same fit."""
     data = _multiclass_data(Phi, t, a0, b0, num_classes, gram=False)
     C = data.onehot.shape[1]
     factor = fast_ard.MultinomialProbit(np.asarray(data.t), C)
     a0 = float(data.a0)
     b0 = np.asarray(data.b0)
     fit = fast_ard.schedule(np.asarray(data.Phi), factor, a0=a0, b0=b0 if b0.ndim == 0 else b0[:, 0], tol=tol,
-                            max_passes=max_passes, progress=progress, vague_only=vague_only)
+                            max_passes=max_passes, progress=progress, vague_only=vague_only, compiled=compiled)
     w = tuple(fast_ard.active_gaussian(f) for f in fit.fits)
     shapes, rates = zip(*(fast_ard.alpha_factors(f, float(a0)) for f in fit.fits))
     state = MulticlassState(w, jnp.stack(shapes, axis=1), jnp.stack(rates, axis=1), jnp.asarray(factor.loc))
