@@ -6,6 +6,8 @@ exp(-delta ||x - x'||^2) with delta = 1 / (n_features var(X_train)) (scikit-lear
 
 - ``rvc_multinomial``: ``ppl_sbl.RVC()`` (the multinomial probit RVM, ``rvm.multiclass``, its fast
   schedule), one model with one ARD weight vector per class;
+- ``rvc_multinomial_compiled``: ``ppl_sbl.RVC(compiled=True)``, the same fit with the fast schedule
+  as one compiled program (:mod:`ppl_sbl.fast_ard.compiled_outputs`);
 - ``rvc_ovr``: ``ppl_sbl.RVC(multi_class="ovr")``, one binary variational RVM per class;
 - ``fastrvm``: fastrvm's ``RVC`` (C++ SparseBayes, one-vs-rest, ``fit_intercept=True``);
 - ``svc``: scikit-learn's ``SVC`` (C = 1).
@@ -18,8 +20,8 @@ not repeated). Goal (issue: the user
 layer): on digits the multinomial RVC's error within 1 point of fastrvm's, with no more relevance
 vectors in total.
 
-Run ``python benchmarks/multiclass.py`` (``--quick``: iris and wine only, one round); the record goes to
-``benchmarks/results/multiclass_<backend>.json``.
+Run ``python benchmarks/multiclass.py`` (``--quick``: iris and wine only, one round; ``--peers``: some of
+the peers); the record goes to ``benchmarks/results/multiclass_<backend>.json``.
 """
 from __future__ import annotations
 
@@ -102,6 +104,8 @@ def peers():
         "fastrvm": Peer(lambda p: fastrvm.RVC(kernel="rbf", gamma=p.delta, fit_intercept=True).fit(p.X, p.t),
                         describe_fastrvm),
         "rvc_multinomial": Peer(lambda p: ppl_sbl.RVC(delta=p.delta, progress_bar=False).fit(p.X, p.t), describe_rvc),
+        "rvc_multinomial_compiled": Peer(
+            lambda p: ppl_sbl.RVC(delta=p.delta, progress_bar=False, compiled=True).fit(p.X, p.t), describe_rvc),
         "rvc_ovr": Peer(lambda p: ppl_sbl.RVC(delta=p.delta, multi_class="ovr", progress_bar=False).fit(p.X, p.t),
                         describe_rvc),
         "svc": Peer(lambda p: SVC(gamma=p.delta).fit(p.X, p.t), describe_svc),
@@ -121,16 +125,16 @@ def goals(row):
 
 
 def print_table(rows):
-    head = (f"{'data':>7} {'N':>5} {'C':>3} | {'peer':<16} {'median s':>9} {'first s':>8} | {'error %':>7} | "
+    head = (f"{'data':>7} {'N':>5} {'C':>3} | {'peer':<24} {'median s':>9} {'first s':>8} | {'error %':>7} | "
             f"{'RVs':>5} {'RVs x class':>11}")
     log("\n" + head + "\n" + "-" * len(head))
     for row in rows:
         for name, rec in row["peers"].items():
             if "seconds" not in rec:
-                log(f"{row['data']:>7} {row['n']:>5} {row['classes']:>3} | {name:<16} {rec['status']}")
+                log(f"{row['data']:>7} {row['n']:>5} {row['classes']:>3} | {name:<24} {rec['status']}")
                 continue
             over = rec.get("relevance_vectors_over_classes")
-            log(f"{row['data']:>7} {row['n']:>5} {row['classes']:>3} | {name:<16} {rec['seconds']:9.3f} "
+            log(f"{row['data']:>7} {row['n']:>5} {row['classes']:>3} | {name:<24} {rec['seconds']:9.3f} "
                 f"{rec['first_call_seconds']:8.2f} | {rec['test_error']:7.2f} | {rec['relevance_vectors']:>5} "
                 f"{'-' if over is None else over:>11}" + ("  (capped: one call)" if rec["status"] == "capped" else ""))
     log("\nTimes: median over the rounds after a warm call (first s: that call, JAX compilation included); "
@@ -149,6 +153,8 @@ def main(argv=None):
     parser.add_argument("--cap", type=float, default=60.0,
                         help="a peer whose warm call takes longer (seconds) is not called again (default 60)")
     parser.add_argument("--quick", action="store_true", help="iris and wine, one round")
+    parser.add_argument("--peers", nargs="+", default=None,
+                        help="the peers to run (default: all of them; the others are listed as skipped)")
     parser.add_argument("--out", default=None, help="where the JSON record goes")
     args = parser.parse_args(argv)
     if args.quick:
@@ -164,13 +170,14 @@ def main(argv=None):
     log(f"# multiclass RVC benchmark  {env['date']}  host={env['hostname']}  cpus={env['cpu_count']}  "
         f"load={env['load_average']}\n# versions {env['versions']}")
     all_peers, clock, rows = peers(), CompileClock(), []
+    skip = set() if args.peers is None else set(all_peers) - set(args.peers)
     start = time.perf_counter()
     for name in args.datasets:
         p = load(name)
         log(f"\n== {name}: N = {len(p.t)}, test {len(p.t_test)}, {p.X.shape[1]} features, "
             f"{len(set(p.t))} classes, delta = {p.delta:.4g}")
         row = {"data": name, "n": len(p.t), "n_test": len(p.t_test), "classes": len(set(p.t)), "delta": p.delta,
-               "peers": time_peers(all_peers, p, rounds=args.rounds, cap=args.cap, skip=set(), clock=clock)}
+               "peers": time_peers(all_peers, p, rounds=args.rounds, cap=args.cap, skip=skip, clock=clock)}
         row["goals"] = goals(row)
         rows.append(row)
     print_table(rows)

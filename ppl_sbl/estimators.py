@@ -183,7 +183,7 @@ class _RVMBase(BaseEstimator):
 
     def _run(self, model, *args, **kwargs):
         cavi = CAVI(model, tol=self.tol, max_sweeps=self.max_sweeps, prune=self.prune, progress_bar=self.progress_bar,
-                    schedule=self.schedule)
+                    schedule=self.schedule, compiled=self.compiled)
         return _quiet(cavi.run, *args, **kwargs)
 
     def _finish(self, results, n_train):
@@ -234,9 +234,10 @@ class RVR(RegressorMixin, _RVMBase):
         the rates ``None`` (default) are set on the data's scale (b0_k = a0 var(y) / mean of the
         squares of basis function k, f0 = e0 var(y): :mod:`ppl_sbl.priors`), so that the fit does
         not depend on the units of ``y`` or ``X``.
-    tol, max_sweeps, prune, progress_bar, schedule : :class:`ppl_sbl.CAVI`'s (``schedule`` "fast",
-        the default: the fast variational schedule of :mod:`ppl_sbl.fast_ard`; "sweep": every
-        coefficient at every sweep).
+    tol, max_sweeps, prune, progress_bar, schedule, compiled : :class:`ppl_sbl.CAVI`'s (``schedule``
+        "fast", the default: the fast variational schedule of :mod:`ppl_sbl.fast_ard`; "sweep": every
+        coefficient at every sweep; ``compiled=True``: the fast schedule as one compiled program, the
+        same fit, which pays where many fits of one shape follow each other).
 
     Attributes
     ----------
@@ -251,7 +252,7 @@ class RVR(RegressorMixin, _RVMBase):
     """
 
     def __init__(self, kernel="rbf", delta="scale", bias=True, a0=1e-6, b0=None, e0=1e-6, f0=None, tol=1e-9,
-                 max_sweeps=20000, prune=True, progress_bar=None, schedule="fast"):
+                 max_sweeps=20000, prune=True, progress_bar=None, schedule="fast", compiled=False):
         self.kernel = kernel
         self.delta = delta
         self.bias = bias
@@ -264,6 +265,7 @@ class RVR(RegressorMixin, _RVMBase):
         self.prune = prune
         self.progress_bar = progress_bar
         self.schedule = schedule
+        self.compiled = compiled
 
     def _problems(self, X, y):
         from .models import rvm
@@ -310,7 +312,7 @@ class RVC(ClassifierMixin, _RVMBase):
 
     Parameters
     ----------
-    kernel, delta, bias, a0, b0, tol, max_sweeps, prune, progress_bar, schedule : as :class:`RVR`.
+    kernel, delta, bias, a0, b0, tol, max_sweeps, prune, progress_bar, schedule, compiled : as :class:`RVR`.
     multi_class : "multinomial" or "ovr" (three or more classes).
 
     Attributes
@@ -325,7 +327,7 @@ class RVC(ClassifierMixin, _RVMBase):
     """
 
     def __init__(self, kernel="rbf", delta="scale", bias=True, a0=1e-6, b0=None, tol=1e-9, max_sweeps=20000,
-                 prune=True, progress_bar=None, schedule="fast", multi_class="multinomial"):
+                 prune=True, progress_bar=None, schedule="fast", multi_class="multinomial", compiled=False):
         self.kernel = kernel
         self.delta = delta
         self.bias = bias
@@ -336,6 +338,7 @@ class RVC(ClassifierMixin, _RVMBase):
         self.prune = prune
         self.progress_bar = progress_bar
         self.schedule = schedule
+        self.compiled = compiled
         self.multi_class = multi_class
 
     def _problems(self, X, y):
