@@ -446,3 +446,26 @@ def test_a_compiled_fit_with_a_progress_bar_reports_its_passes_and_its_program_i
     if not said:
         pytest.skip("JAX's persistent compilation cache is off in this run")
     assert not any("callback" in m for m in said), said
+
+
+def test_the_compiled_fit_runs_on_one_blas_thread_and_gives_the_callers_setting_back(monkeypatch):
+    """The program's LAPACK calls (SciPy's OpenBLAS) run on one thread beside XLA's pool, whatever
+    the caller set; the caller's setting holds again after the fit."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads():
+        return {info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"}
+
+    program, seen = compiled._program, []
+
+    def spy(*args, **kwargs):
+        seen.append(blas_threads())
+        return program(*args, **kwargs)
+
+    monkeypatch.setattr(compiled, "_program", spy)
+    Phi, t, _ = _problem(0)
+    with threadpool_limits(limits=2, user_api="blas"):
+        fit, _ = _fit(Phi, t, 1e-6, 1e-6, 1e-6, True)
+        after = blas_threads()
+    assert fit.converged and seen and all(threads == {1} for threads in seen)
+    assert after == {2}

@@ -422,6 +422,7 @@ def host_arrays(tree):
     return jax.tree.map(np.asarray, tree)
 
 
+@J.one_blas_thread
 def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capacity=None, trace_length=None,
         report_interval=REPORT_INTERVAL):
     """The compiled fast schedule of one output, in the units of
@@ -475,6 +476,7 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     return _result(out, values, events, factor, kind, N, M)
 
 
+@J.one_blas_thread
 def run_many(lanes, batch_size=1, capacity=None, trace_length=None, threads=1):
     """Several fits of :func:`run` in one compiled program: ``lanes`` a list of its arguments
     ``(Phi, factor, a0, b0, tol, max_passes, max_moves, exact)``, every design of one shape and

@@ -234,13 +234,14 @@ def _data(Phi, a0, b0, tol, max_passes, max_moves, exact):
                 n=scalar(N), m=scalar(M, np.int64), columns=columns)
 
 
+@J.one_blas_thread
 def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capacity=None, trace_length=None,
         report_interval=CC.REPORT_INTERVAL):
     """``schedule_outputs`` for a :class:`ppl_sbl.fast_ard.MultinomialProbit` factor as one compiled
-    program, in the units of :func:`ppl_sbl.fast_ard.standard_units`: the arguments of
-    :func:`ppl_sbl.fast_ard.compiled.run`; leaves the factor
-    at the fit's q(y). Returns the fields of a :class:`ppl_sbl.fast_ard.MultiFastFit` (a dict),
-    ``fits`` those of each output's :class:`ppl_sbl.fast_ard.FastFit`."""
+    program, in the units of :func:`ppl_sbl.fast_ard.standard_units`, with the arguments of
+    :func:`ppl_sbl.fast_ard.compiled.run` (the trace's buffer 4 M C + 256 entries by default). Leaves
+    the factor at the fit's q(y). Returns the fields of a :class:`ppl_sbl.fast_ard.MultiFastFit` (a
+    dict), ``fits`` those of each output's :class:`ppl_sbl.fast_ard.FastFit`."""
     if not supports(factor):
         raise ValueError(f"the compiled schedule with several outputs has no form for a {type(factor).__name__} "
                          "factor.")

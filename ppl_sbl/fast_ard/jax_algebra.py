@@ -2,7 +2,8 @@
 (:mod:`ppl_sbl.fast_ard.compiled`): eq. (1) and (2) of :mod:`ppl_sbl.fast_ard`, their maximisers
 (the cubic (4) and the quadratic (5)) and the Gamma terms of the restricted-family ELBO, as
 :mod:`ppl_sbl.fast_ard.algebra` computes them on the host, on arrays of fixed shape; and the dense
-factorisations of the program's matrices, one fit's matrix per LAPACK call.
+factorisations of the program's matrices, one fit's matrix per LAPACK call, run on one BLAS
+thread (:func:`one_blas_thread`).
 
 Proper hyperpriors only (a0, b0 > 0; the host's :mod:`ppl_sbl.fast_ard.algebra` also has Tipping &
 Faul's limit a0 = b0 = 0). a0 and b0 are traced, so a new value of either does not compile a new
@@ -185,6 +186,26 @@ def gamma_prior_and_entropy(shape, rate, a0, b0, mask=None):
     terms = gamma_expected_log_density(a0, b0, gamma_mean(shape, rate), gamma_mean_log(shape, rate)) + gamma_entropy(
         shape, rate)
     return jnp.sum(terms if mask is None else jnp.where(mask, terms, 0.0))
+
+
+@functools.lru_cache(maxsize=None)
+def _blas_controller():
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def one_blas_thread(fn):
+    """``fn`` with the process's BLAS libraries (OpenBLAS, whose LAPACK routines the compiled
+    programs' factorisations call through SciPy) on one thread while it runs, the caller's setting
+    back after it: XLA's thread pool already runs a program's operations on every core, and BLAS
+    threads started beside it for the programs' small matrices wait for cores instead of computing."""
+    @functools.wraps(fn)
+    def limited(*args, **kwargs):
+        with _blas_controller().limit(limits=1, user_api="blas"):
+            return fn(*args, **kwargs)
+
+    return limited
 
 
 def _one_fit_a_call(fn):

@@ -30,6 +30,7 @@ import numpy as np
 
 from ppl_sbl import basis as _basis
 from ppl_sbl.fast_ard.compiled import OPTIONS, bucket, grow, power_of_two
+from ppl_sbl.fast_ard.jax_algebra import one_blas_thread
 
 from .compiled_steps import (BAIL, CONVERGED, COUNTS, GROW_ACTIVE, GROW_TRACE, KINDS, PRACTICAL, RUNNING, STOPPED, Data,
                              Fit, steps)
@@ -157,6 +158,7 @@ def _grown(f, cap):
                       index=pad(f.index, [0]))
 
 
+@one_blas_thread
 def run(state, *, update_noise, noise_every, tol, practical, max_steps, refresh_every, align_tol, max_alignment,
         rounding, log_alpha_tol, log_noise_tol, joint_max_active, bar=None, start=None):
     """:class:`.schedule.Schedule`'s run from ``state`` (dense design) in the compiled program, with
