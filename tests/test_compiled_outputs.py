@@ -44,6 +44,14 @@ def _assert_same_fit(host, fast, host_factor, fast_factor):
     np.testing.assert_allclose(fast_factor.mean, host_factor.mean, rtol=1e-7, atol=1e-9)
 
 
+def test_compiled_outputs_need_a_proper_hyperprior_and_a_multinomial_probit():
+    Phi, t, _ = _problem(0)
+    with pytest.raises(ValueError, match="proper Gamma prior"):
+        F.schedule(Phi, F.MultinomialProbit(t, C), a0=0.0, b0=0.0, compiled=True)
+    with pytest.raises(ValueError, match="no form"):
+        compiled_outputs.run(Phi, F.GaussianNoise(t.astype(float), 1e-6, 1e-6), 1.0, 1.0, 1e-9, 10, None, None, True)
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_compiled_outputs_make_the_host_schedules_moves(seed):
     """Vague and proper hyperpriors (the two entry rules), random rates and kernel widths; the

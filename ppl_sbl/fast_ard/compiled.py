@@ -18,9 +18,10 @@ host callback, so JAX's persistent compilation cache keeps it.
 
 The likelihood factors are those of the RVMs and robust RVMs, one output each
 (:mod:`ppl_sbl.fast_ard.compiled_factors`); the multiclass RVM's outputs run in
-:mod:`ppl_sbl.fast_ard.compiled_outputs`, each output's moves by :func:`move_step`. The state and the operations every factor shares
-are in :mod:`ppl_sbl.fast_ard.compiled_state`, the moves in :mod:`ppl_sbl.fast_ard.compiled_moves`.
-:func:`run_many` runs several fits of one shape in one program."""
+:mod:`ppl_sbl.fast_ard.compiled_outputs`, each output's moves by :func:`move_step`. The state and
+the operations every factor shares are in :mod:`ppl_sbl.fast_ard.compiled_state`, the moves in
+:mod:`ppl_sbl.fast_ard.compiled_moves`. :func:`run_many` runs several fits of one shape in one
+program."""
 from __future__ import annotations
 
 import concurrent.futures
