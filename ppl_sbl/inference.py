@@ -146,9 +146,9 @@ class CAVI:
         schedule ran. :meth:`init` and :meth:`step` are the sweep's, whatever the schedule.
     compiled : bool
         Run the fast schedule as one compiled XLA program (:mod:`ppl_sbl.fast_ard.compiled`):
-        the same fit without a return to Python per move. The RVMs (multiclass too) and robust
-        RVMs without ``groups=`` (others raise a ValueError); it compiles once per shape, the sizes rounded up
-        (:func:`ppl_sbl.fast_ard.compiled.bucket`), in seconds.
+        the same fit without a return to Python per move: the RVMs (multiclass too), robust RVMs and
+        derived guides, one ARD precision per coefficient (``groups=`` raises a ValueError); it
+        compiles once per shape, the sizes rounded up (:func:`ppl_sbl.fast_ard.compiled.bucket`).
     """
 
     model: Callable

@@ -287,3 +287,34 @@ def test_derived_group_ard_is_the_shipped_group_fit():
     assert float(derived.guide_spec.elbo(derived.state, derived.data)) == pytest.approx(derived.elbo, rel=1e-10)
     check = derived.check_guide(num_particles=4000)
     assert check.passed, check
+
+
+@pytest.mark.parametrize("model, binary", [(rvm.regression, False), (student_t_rvm, False), (weighted_logit_rvm, True)],
+                         ids=["rvm.regression", "student_t_rvm", "weighted_logit_rvm"])
+def test_derived_fast_fit_compiled_is_the_host_fit(model, binary):
+    """``CAVI(model, guide="derived", compiled=True)``: the derived factor (its (W, r), updates and
+    terms from the row program) in the compiled schedule: the same moves and fit as the host loop;
+    uniform W (the RVM), W by point with per-point precisions held until the first convergence
+    (Student-t noise), and a Bernoulli term under the JJ bound with per-point weights, its xi and
+    the weights' rates extrapolated over the passes."""
+    Phi, t, labels = _problem(10, N=50, M=20)
+    y = labels if binary else t
+    host = ppl_sbl.CAVI(model, guide="derived", progress_bar=False).run(Phi, y)
+    fast = ppl_sbl.CAVI(model, guide="derived", compiled=True, progress_bar=False).run(Phi, y)
+    assert host.schedule == fast.schedule == "fast" and fast.converged and fast.num_moves == host.num_moves
+    np.testing.assert_allclose(fast.elbo_trace, host.elbo_trace, rtol=1e-10)
+    np.testing.assert_array_equal(fast.relevant, host.relevant)
+    for site in host.state.rate:
+        np.testing.assert_allclose(fast.state.rate[site], host.state.rate[site], rtol=1e-7)
+        np.testing.assert_allclose(fast.state.shape[site], host.state.shape[site], rtol=1e-9)
+    for name in host.state.xi:
+        np.testing.assert_allclose(fast.state.xi[name], host.state.xi[name], rtol=1e-7)
+    assert float(fast.guide_spec.elbo(fast.state, fast.data)) == pytest.approx(fast.elbo, rel=1e-10)
+    np.testing.assert_allclose(np.asarray(fast.predict(Phi[:5])), np.asarray(host.predict(Phi[:5])), rtol=1e-7,
+                               atol=1e-10)
+
+
+def test_derived_group_ard_compiled_is_a_named_error():
+    Phi, t, _ = _problem(4, N=50, M=20)
+    with pytest.raises(ValueError, match="groups"):
+        ppl_sbl.CAVI(group_ard_rvm, compiled=True, progress_bar=False).run(Phi, t)

@@ -390,7 +390,7 @@ def _build(model, st: Structure, last: dict, mark=None) -> ClosedFormGuide:
 
     compiled_start = jax.jit(start_gammas, compiler_options=QUICK)
 
-    def fast(*a, tol, max_passes, progress=None, vague_only=False, **kw):
+    def fast(*a, tol, max_passes, progress=None, vague_only=False, compiled=False, **kw):
         """The fast schedule where the model's Gaussian vector has an ARD prior
         (:mod:`ppl_sbl.derived.fast`): (data, state, fit)."""
         data = prepare(*a, **kw)
@@ -399,7 +399,7 @@ def _build(model, st: Structure, last: dict, mark=None) -> ClosedFormGuide:
             raise NotApplicable(layout)
         start_state = jax.tree.map(np.asarray, compiled_start(data))
         state, fit = fit_fast(st, data, start_state, programs, tol=tol, max_passes=max_passes,
-                              progress=progress, vague_only=vague_only)
+                              progress=progress, vague_only=vague_only, compiled=compiled)
         return data, state, fit
 
     has_jj, has_sum = bool(st.bernoulli), bool(st.sums)

@@ -17,7 +17,9 @@ from the same gradient with respect to their mean parameters: each other Gamma s
 order, ``Gamma(1 + dL/dE[ln g], -dL/dE[g])``, then the Jaakkola-Jordan xi^2 = E[v^2]. Gamma sites
 with one element per observation (per-point precisions or weights) are held at their start until
 the schedule has converged once, as the robust RVM's factors hold q(omega)
-(:class:`ppl_sbl.fast_ard.RobustGaussianNoise`). The fit's state is the derived guide's: q(w)
+(:class:`ppl_sbl.fast_ard.RobustGaussianNoise`). With ``compiled=True`` the schedule runs as one
+compiled program (:class:`ppl_sbl.fast_ard.compiled_factors.Rows`: the row program inside it), one
+precision per coefficient. The fit's state is the derived guide's: q(w)
 an :class:`ppl_sbl.gaussian.ActiveGaussian` of the restricted family, q(alpha) and the other
 factors as Gamma shapes and rates.
 """
@@ -178,7 +180,7 @@ class RowFactor:
         self.uniform = _uniform(data, layout)
         self.g_shape, self.g_rate = np.array(g_shape, dtype=float), np.array(g_rate, dtype=float)
         self.xi = {name: np.zeros(np.shape(data.jj[name].s)) for name in layout.bernoulli}
-        self.rows = programs["rows"]
+        self.rows, self.row_function = programs["rows"], programs["row_function"]
         self._weights = None
         # with Bernoulli terms, xi and the other factors' rates converge linearly over the passes,
         # as the shipped JJ factors' do (:class:`ppl_sbl.fast_ard.passes.Extrapolation`)
@@ -199,6 +201,23 @@ class RowFactor:
                 sl = self.block[n]
                 self.g_shape[sl] = 1.0 + d_log[sl]
                 self.g_rate[sl] = self.g_shape[sl] / g_mean[sl]
+
+    def compiled_form(self):
+        """The compiled schedule's kind of this factor (:class:`ppl_sbl.fast_ard.compiled_factors.Rows`)."""
+        from ..fast_ard.compiled_factors import Rows
+
+        return Rows(program=self.row_function, uniform=self.uniform, rows=int(self.zero.shape[0]),
+                    others=tuple((self.block[n].start, self.block[n].stop, n in self.held) for n in self.others),
+                    bernoulli=tuple((n, tuple(np.shape(self.xi[n]))) for n in self.layout.bernoulli))
+
+    def set_factors(self, g_shape, g_rate, held, xi):
+        """The Gamma factors a compiled fit ended with (shapes, rates of the stacked vector),
+        whether the per-observation ones are still held, and the Bernoulli terms' xi."""
+        self.g_shape, self.g_rate = np.array(g_shape, dtype=float), np.array(g_rate, dtype=float)
+        self.xi = {name: np.array(value, dtype=float) for name, value in xi.items()}
+        if not held:
+            self.held = set()
+        self._weights = None
 
     def release(self):
         """Let the per-observation Gamma factors update from now on; True if any was held."""
@@ -286,7 +305,8 @@ def row_programs(layout, slices, blocks):
     the other Gamma sites' expected log priors and entropies (their elements ``blocks``, (start,
     stop) per site); ``d_mean``, ``d_log``, its gradient in E[g] and E[ln g]; ``W``, ``r``, -2 and 1
     times its gradient in e and m (constants: the terms are linear in m and e); ``xi`` = sqrt(E[v^2])
-    per Bernoulli term. One program for all, so the first call compiles once."""
+    per Bernoulli term. One program for all, so the first call compiles once; ``{"row_function": f}``
+    the same function not compiled (the compiled schedule's program calls it)."""
 
     def objective(data, m, e, g_mean, g_log, xi):
         return _row_terms(data, layout, slices, m, e, g_mean, g_log, xi) + _other_priors(data, layout, g_mean, g_log)
@@ -303,7 +323,7 @@ def row_programs(layout, slices, blocks):
             out[name] = jnp.sqrt(second)
         return {"value": value, "d_mean": d_mean, "d_log": d_log, "W": -2.0 * d_e, "r": d_m, "xi": out}
 
-    return {"rows": jax.jit(rows, compiler_options=QUICK)}
+    return {"rows": jax.jit(rows, compiler_options=QUICK), "row_function": rows}
 
 
 def row_factor(st, data, layout, start_state, programs_cache):
@@ -321,7 +341,7 @@ def row_factor(st, data, layout, start_state, programs_cache):
     return Phi, RowFactor(st, data, layout, slices, g_shape, g_rate, programs_cache[key])
 
 
-def fit_fast(st, data, start_state, programs_cache, *, tol, max_passes, progress, vague_only):
+def fit_fast(st, data, start_state, programs_cache, *, tol, max_passes, progress, vague_only, compiled=False):
     """The fast schedule on a derived structure: (state, fit) with ``state`` a
     :class:`ppl_sbl.derived.DerivedState` of the restricted family. Raises
     :class:`ppl_sbl.fast_ard.NotApplicable` where the structure has no ARD vector (the reason in
@@ -339,8 +359,12 @@ def fit_fast(st, data, start_state, programs_cache, *, tol, max_passes, progress
         raise NotApplicable(f"the hyperprior shape a0={a0!r} of '{alpha}' is not vague: the sweep fits it.")
     Phi, factor = row_factor(st, data, layout, start_state, programs_cache)
     if layout.groups is None:
-        fit = schedule(Phi, factor, a0=a0, b0=b0, tol=tol, max_passes=max_passes, progress=progress)
+        fit = schedule(Phi, factor, a0=a0, b0=b0, tol=tol, max_passes=max_passes, progress=progress,
+                       compiled=compiled)
         shape = a0 + 0.5
+    elif compiled:
+        raise ValueError("`compiled=True` fits one precision per coefficient; this model's precisions are shared by "
+                         "groups: use compiled=False.")
     else:
         fit = group_schedule(Phi, factor, layout.groups, a0=a0, b0=b0, tol=tol, max_passes=max_passes,
                              progress=progress)

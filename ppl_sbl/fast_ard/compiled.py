@@ -210,7 +210,7 @@ def _pass_end(st, buf, data, kind):
     updated = CF.update(st, buf, data, kind)
     st = st._replace(**{name: jnp.where(starting, getattr(st, name), getattr(updated, name))
                         for name in ("e", "f", "xi", "omega_shape", "omega_rate")})
-    if kind in CF.BOUNDS:
+    if CF.extrapolates(kind):
         st, buf, value = _evaluations(st, buf, data, kind, starting)
     else:
         st, buf = CF.set_factor(st, buf, data, kind)
@@ -372,7 +372,8 @@ def _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact):
                 a0=scalar(a0), b0=scalar(b0), e0=scalar(e0), f0=scalar(f0), c=scalar(c), d=scalar(d), tol=scalar(tol),
                 max_passes=scalar(max_passes, np.int64), max_moves=scalar(big if max_moves is None else max_moves,
                                                                        np.int64),
-                exact=scalar(exact, bool), n=scalar(N), m=scalar(M, np.int64), columns=columns)
+                exact=scalar(exact, bool), n=scalar(N), m=scalar(M, np.int64), columns=columns,
+                extra=CF.extra(factor, kind))
     return kind, data, (N, M)
 
 

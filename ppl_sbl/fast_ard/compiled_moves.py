@@ -7,6 +7,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
+from . import compiled_state as CS
 from . import jax_algebra as J
 from .compiled_state import (COLLINEAR, LOG_ALPHA_TOL, MAX_ALIGNMENT, MAX_SPREAD, active_spread, block, choose,
                              column, gather, leave_one_out, padded, project, slot_index, slots, statistics)
@@ -102,7 +103,7 @@ def add(st, buf, data, k, x_new, kind):
         phi = column(data, k, kind)
         c = project(data, phi, kind)
         blocked = st.blocked | (jnp.abs(c) > MAX_ALIGNMENT * jnp.sqrt(data.col_sq[k] * data.col_sq))
-        if kind != "gaussian":
+        if not CS.uniform(kind):
             c = project(data, st.W * phi, kind)  # B's column: Phi^T diag(W) phi_k
         mu_k = sigma_kk * st.Q[k]
         e = st.g * (c - buf.C @ z)

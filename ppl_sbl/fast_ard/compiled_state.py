@@ -51,6 +51,13 @@ class Data(NamedTuple):
     n: jax.Array
     m: jax.Array
     columns: jax.Array
+    extra: object = ()  # a derived factor's data, which its row program reads
+
+
+def uniform(kind):
+    """Whether the factor's W is the same for every point whatever q is (q(gamma), a derived
+    factor whose rows are alike): B = g Phi^T Phi_A, with Phi^T Phi_A kept."""
+    return kind == "gaussian" or bool(getattr(kind, "uniform", False))
 
 
 def transposed(kind):
@@ -58,7 +65,7 @@ def transposed(kind):
     by point, B = Phi^T diag(W) Phi_A is formed afresh at every update, and XLA's CPU products run
     fastest contracting over the rows' contiguous entries. For q(gamma) the design stays as given
     (C = Phi^T Phi_A grows a column an add), which spares the host a transposed copy."""
-    return kind != "gaussian"
+    return not uniform(kind)
 
 
 def column(data, k, kind):
