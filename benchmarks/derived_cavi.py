@@ -52,6 +52,7 @@ Usage::
     python benchmarks/derived_cavi.py                         # benchmarks/results/derived_cavi_cpu.json
     python benchmarks/derived_cavi.py --sizes 200 1000 --out /tmp/d.json
     python benchmarks/derived_cavi.py --quick --out /tmp/q.json   # N = 60, one call per peer
+    python benchmarks/derived_cavi.py --compiled --sizes 200 1000 --skip rvm_regression ...  # compiled peers
 
 Records: ``benchmarks/results/derived_cavi_<backend>.json`` (``_quick`` before ``.json`` with
 ``--quick``), or ``--out``; per peer and size the median and minimum time over the rounds.
@@ -215,15 +216,16 @@ def describe(kind):
     return fn
 
 
-def peers():
+def peers(compiled=False):
     """name -> :class:`Peer`, in the order in which every round calls them: each shipped model
     with its own guide and with the derived one, then the shipped model on the flattened table,
-    then the edited models."""
+    then the edited models; with ``compiled``, then the derived fits and the edited models with
+    the fast schedule as one compiled program (``CAVI(..., compiled=True)``: ``<name>_compiled``)."""
     import ppl_sbl
     from ppl_sbl.models import robust_rvm, rvm
 
-    def cavi(model, data, guide=None):
-        kw = {} if guide is None else {"guide": guide}
+    def cavi(model, data, guide=None, **kw):
+        kw.update({} if guide is None else {"guide": guide})
         if data == "regression":
             return lambda p: ppl_sbl.CAVI(model, progress_bar=False, **kw).run(p.Phi, p.t)
         if data == "classification":
@@ -246,6 +248,15 @@ def peers():
     out["student_t_table"] = Peer(cavi(student_t_table_rvm, "table"), describe("table"))
     out["weighted_logit"] = Peer(cavi(weighted_logit_rvm, "classification"), describe("classification"))
     out["group_ard"] = Peer(cavi(group_ard_rvm, "regression"), describe("regression"))
+    if compiled:
+        for name, model, data in (("rvm_regression_derived", rvm.regression, "regression"),
+                                  ("rvm_classification_derived", rvm.classification, "classification"),
+                                  ("robust_regression_derived", robust_rvm.regression, "regression"),
+                                  ("robust_classification_derived", robust_rvm.classification, "classification"),
+                                  ("student_t", student_t_rvm, "regression"),
+                                  ("weighted_logit", weighted_logit_rvm, "classification")):
+            guide = "derived" if name.endswith("_derived") else None
+            out[name + "_compiled"] = Peer(cavi(model, data, guide, compiled=True), describe(data))
     return out
 
 
@@ -372,6 +383,8 @@ def parse_args(argv):
     p.add_argument("--cap", type=float, default=60.0,
                    help="seconds: a peer whose first call takes longer is called once only at that size (default 60)")
     p.add_argument("--skip", nargs="+", default=[], help="peers not run")
+    p.add_argument("--compiled", action="store_true",
+                   help="also the derived fits and edited models with CAVI(..., compiled=True), against the loop")
     p.add_argument("--blas-threads", type=int, default=1,
                    help="OPENBLAS_NUM_THREADS, set before numpy is imported (default 1; 0: leave it as it is)")
     p.add_argument("--quick", action="store_true",
@@ -388,7 +401,7 @@ def main(argv=None):
     set_blas_threads(args.blas_threads)
     import ppl_sbl  # noqa: F401  (float64 on)
 
-    all_peers = peers()
+    all_peers = peers(args.compiled)
     unknown = set(args.skip) - set(all_peers)
     if unknown:
         raise SystemExit(f"--skip: unknown peers {sorted(unknown)}; choose from {list(all_peers)}")
@@ -432,6 +445,14 @@ def main(argv=None):
         record["rows"].append(row)
         record["comparisons"] += ([compare_derived(n, name, row["peers"]) for name in SHIPPED]
                                   + [compare_edited(n, name, row["peers"]) for name in EDITED])
+        for name, rec in row["peers"].items():  # the compiled schedule against the loop: the same fit
+            base = row["peers"].get(name[:-len("_compiled")]) if name.endswith("_compiled") else None
+            if base is not None and _ok(rec) and _ok(base):
+                row.setdefault("compiled", {})[name] = {
+                    "over_loop": rec["seconds"] / base["seconds"],
+                    "elbo_relative_difference": abs(rec["elbo"] - base["elbo"]) / abs(base["elbo"])}
+                log(f"  {name:<28} {rec['seconds'] / base['seconds']:.2f}x the loop's warm time; ELBO relative "
+                    f"difference {row['compiled'][name]['elbo_relative_difference']:.1e}")
         write_record(record, out, announce=False)
     log("")
     record["table"] = print_table(record["comparisons"])
