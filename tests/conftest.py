@@ -73,10 +73,12 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
-_MAX_MAPPINGS = 40000  # three fifths of the usual vm.max_map_count (65530)
-_CHECK_EVERY = 500  # compilations between two counts of the mappings (each maps five regions or more: one
-#                     interval of the default run added 10,000, which leaves the mark well below the limit)
+_MAX_MAPPINGS = 55000  # about 85% of the usual vm.max_map_count (65530)
+_NEAR = 40000  # above it the mappings are counted every _CHECK_EVERY_NEAR compilations
+_CHECK_EVERY = 500  # compilations between two counts of the mappings below _NEAR
+_CHECK_EVERY_NEAR = 100  # and above it (one interval of 500 added up to 10,000 in the default run)
 _compilations = [0]  # since the last count
+_near = [False]  # the last count was above _NEAR
 
 
 def _count_compilation(event, duration, **kwargs):
@@ -93,10 +95,11 @@ def _free_compiled_programs():
     compiled CPU program maps its code into the process, and a worker that runs many tests would
     otherwise reach the kernel's limit (vm.max_map_count), where the compiler aborts. Below the
     mark the programs stay, for the next tests that compile the same ones (freeing them takes
-    seconds). The mappings are counted (reading /proc/self/maps takes milliseconds) once the worker
-    has compiled ``_CHECK_EVERY`` programs since the last count."""
+    seconds, the more the more programs there are; a default run stays below the mark). The
+    mappings are counted (reading /proc/self/maps takes milliseconds) once the worker has compiled
+    ``_CHECK_EVERY`` programs since the last count, ``_CHECK_EVERY_NEAR`` above ``_NEAR``."""
     yield
-    if _compilations[0] < _CHECK_EVERY:
+    if _compilations[0] < (_CHECK_EVERY_NEAR if _near[0] else _CHECK_EVERY):
         return
     _compilations[0] = 0
     try:
@@ -104,6 +107,7 @@ def _free_compiled_programs():
             mappings = fh.read().count(b"\n")
     except OSError:  # not Linux: free them at every count
         mappings = _MAX_MAPPINGS
+    _near[0] = mappings >= _NEAR
     if mappings >= _MAX_MAPPINGS:
         import gc
 

@@ -17,12 +17,11 @@ each kind is its own program. The robust factors and a derived factor's per-obse
 factors are held at their start until the schedule has converged once (``release``)."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-
-from typing import NamedTuple
-
 from jax.scipy.special import digamma
 
 from . import compiled_state as CS
@@ -86,10 +85,10 @@ def host_data(factor, kind, design, N):
     size = design.shape[1] if CS.transposed(kind) else design.shape[0]
     omega = np.zeros(size)
     omega[:N] = 1.0
-    if isinstance(kind, Rows):
+    if isinstance(kind, Rows):  # (W, r) from the row program: no targets, no projection kept
         squares = np.zeros((1, 1)) if kind.uniform else design * design
-        return squares, np.zeros(size), omega, np.zeros(design.shape[0 if CS.transposed(kind) else 1]), 0.0, 0.0, \
-            0.0, 0.0
+        columns = design.shape[0] if CS.transposed(kind) else design.shape[1]
+        return squares, np.zeros(size), omega, np.zeros(columns), 0.0, 0.0, 0.0, 0.0
     t = np.zeros(size)
     t[:N] = np.asarray(factor.t, dtype=np.float64)
     e0, f0 = (float(factor.e0), float(factor.f0)) if kind in ("gaussian", "robust_gaussian") else (0.0, 0.0)
