@@ -39,7 +39,8 @@ def fit_grid(model, designs, *args, names=None, tol=TOL, max_sweeps=MAX_SWEEPS, 
     ``schedule="sweep", prune=False``) or ``"fast"``: the fast schedule of every fit
     (``CAVI(model, schedule="fast", compiled=True)``, the same fit one by one) in one compiled
     program (:func:`ppl_sbl.fast_ard.schedule_many`), for the models whose guide sets it up
-    (``fast_plan``: the RVMs and robust RVMs, one precision per coefficient); ``max_sweeps`` is
+    (``fast_plan``: the RVMs and robust RVMs, and the derived guides of the models you write, one
+    precision per coefficient); ``max_sweeps`` is
     then its ``max_passes``. ``batch_size`` as above (``None``: 1 on a CPU, where every fit keeps
     its own branches). ``threads`` (fast schedule, ``batch_size`` 1): the fits split into that
     many groups, each group's program called from its own thread, so that they run on separate

@@ -318,3 +318,18 @@ def test_derived_group_ard_compiled_is_a_named_error():
     Phi, t, _ = _problem(4, N=50, M=20)
     with pytest.raises(ValueError, match="groups"):
         ppl_sbl.CAVI(group_ard_rvm, compiled=True, progress_bar=False).run(Phi, t)
+
+
+def test_fit_grid_runs_a_derived_guide_in_one_compiled_program():
+    """``fit_grid(model, designs, t, schedule="fast")`` for a model of the user's (its derived
+    guide's plan, every design's fit in one compiled program): each fit the one
+    ``CAVI(model, compiled=True)`` makes of its design."""
+    Phi, t, _ = _problem(10, N=50, M=20)
+    designs = [Phi, 0.5 * Phi, Phi[:, ::-1]]
+    grid = ppl_sbl.fit_grid(student_t_rvm, designs, t, schedule="fast")
+    for design, fit in zip(designs, grid.values()):
+        one = ppl_sbl.CAVI(student_t_rvm, compiled=True, progress_bar=False).run(design, t)
+        assert fit.schedule == "fast" and fit.converged and fit.num_moves == one.num_moves
+        np.testing.assert_allclose(fit.elbo_trace, one.elbo_trace, rtol=1e-10)
+        np.testing.assert_array_equal(fit.relevant, one.relevant)
+        np.testing.assert_allclose(fit.state.rate["lam"], one.state.rate["lam"], rtol=1e-7)

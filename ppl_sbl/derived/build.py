@@ -12,9 +12,9 @@ from jax.scipy.special import digamma
 
 from .. import expfam, gaussian
 from ..bounds import expected_sigmoid
-from ..fast_ard import NotApplicable
+from ..fast_ard import NotApplicable, Planned
 from ..guide import ClosedFormGuide
-from .fast import ard_layout, fit_fast, gamma_offsets
+from .fast import ard_layout, gamma_offsets, plan_fast
 from .jacobian import jacobian
 from .objective import expected_log_joint, expected_log_terms, linear_moments, prior_log_normalisers
 from .structure import (QUICK, DerivedData, DerivedState, Structure, analyse, base_function, flat, monosum, stack_sites,
@@ -390,21 +390,22 @@ def _build(model, st: Structure, last: dict, mark=None) -> ClosedFormGuide:
 
     compiled_start = jax.jit(start_gammas, compiler_options=QUICK)
 
-    def fast(*a, tol, max_passes, progress=None, vague_only=False, compiled=False, **kw):
+    def fast_plan(*a, tol, max_passes, progress=None, vague_only=False, compiled=False, **kw):
         """The fast schedule where the model's Gaussian vector has an ARD prior
-        (:mod:`ppl_sbl.derived.fast`): (data, state, fit)."""
+        (:mod:`ppl_sbl.derived.fast`), set up: a :class:`ppl_sbl.fast_ard.Plan` whose fit
+        finishes as (data, state, fit)."""
         data = prepare(*a, **kw)
         layout = ard_layout(st, data, gamma_offsets(st))
         if isinstance(layout, str):  # before the start is compiled: the sweep runs instead
             raise NotApplicable(layout)
         start_state = jax.tree.map(np.asarray, compiled_start(data))
-        state, fit = fit_fast(st, data, start_state, programs, tol=tol, max_passes=max_passes,
-                              progress=progress, vague_only=vague_only, compiled=compiled)
-        return data, state, fit
+        plan = plan_fast(st, data, start_state, programs, tol=tol, max_passes=max_passes, progress=progress,
+                         vague_only=vague_only, compiled=compiled)
+        return plan._replace(finish=lambda fit: (data,) + plan.finish(fit))
 
     has_jj, has_sum = bool(st.bernoulli), bool(st.sums)
     bound = "+".join(b for b, on in (("jaakkola-jordan", has_jj), ("log-sum", has_sum)) if on) or "none"
     return ClosedFormGuide(prepare=prepare, init=jax.jit(init), update=update, elbo=elbo, guide=guide_fn, predict=predict,
                            relevance=relevance, coefficients=coefficients, elbo_exact=elbo_exact if (has_jj or has_sum) else None,
-                           elbo_parts=elbo_parts, fast=fast,
+                           elbo_parts=elbo_parts, fast=Planned(fast_plan), fast_plan=fast_plan,
                            bound=bound, observed=st.observed)

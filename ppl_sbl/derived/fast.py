@@ -32,14 +32,14 @@ from scipy.special import digamma
 
 from .. import expfam
 from ..bounds import jj_log_sigmoid_bound
-from ..fast_ard import NotApplicable, schedule
+from ..fast_ard import NotApplicable, Plan
 from ..fast_ard.groups import group_schedule
 from ..fast_ard.results import active_gaussian
 from ..priors import is_vague
 from .objective import expected_log_terms
 from .structure import QUICK, DerivedData, DerivedState, monosum, rows_alike, stack_sites, unstack_sites
 
-__all__ = ["gamma_offsets", "ard_layout", "RowFactor", "row_factor", "fit_fast"]
+__all__ = ["gamma_offsets", "ard_layout", "RowFactor", "row_factor", "plan_fast"]
 
 
 class Layout:
@@ -341,11 +341,12 @@ def row_factor(st, data, layout, start_state, programs_cache):
     return Phi, RowFactor(st, data, layout, slices, g_shape, g_rate, programs_cache[key])
 
 
-def fit_fast(st, data, start_state, programs_cache, *, tol, max_passes, progress, vague_only, compiled=False):
-    """The fast schedule on a derived structure: (state, fit) with ``state`` a
-    :class:`ppl_sbl.derived.DerivedState` of the restricted family. Raises
-    :class:`ppl_sbl.fast_ard.NotApplicable` where the structure has no ARD vector (the reason in
-    its message) or, with ``vague_only``, where the ARD prior is not vague."""
+def plan_fast(st, data, start_state, programs_cache, *, tol, max_passes, progress, vague_only, compiled=False):
+    """The fast schedule on a derived structure, set up: a :class:`ppl_sbl.fast_ard.Plan` whose
+    ``finish(fit)`` returns (state, fit) with ``state`` a :class:`ppl_sbl.derived.DerivedState` of
+    the restricted family. Raises :class:`ppl_sbl.fast_ard.NotApplicable` where the structure has
+    no ARD vector (the reason in its message) or, with ``vague_only``, where the ARD prior is not
+    vague."""
     sizes, offsets = dict(st.sizes), gamma_offsets(st)
     layout = ard_layout(st, data, offsets)
     if isinstance(layout, str):
@@ -358,28 +359,32 @@ def fit_fast(st, data, start_state, programs_cache, *, tol, max_passes, progress
     if vague_only and not is_vague(a0):
         raise NotApplicable(f"the hyperprior shape a0={a0!r} of '{alpha}' is not vague: the sweep fits it.")
     Phi, factor = row_factor(st, data, layout, start_state, programs_cache)
+    options = dict(a0=a0, b0=b0, tol=tol, max_passes=max_passes, progress=progress)
     if layout.groups is None:
-        fit = schedule(Phi, factor, a0=a0, b0=b0, tol=tol, max_passes=max_passes, progress=progress,
-                       compiled=compiled)
-        shape = a0 + 0.5
+        run, shape = None, a0 + 0.5
+        options["compiled"] = compiled
     elif compiled:
         raise ValueError("`compiled=True` fits one precision per coefficient; this model's precisions are shared by "
                          "groups: use compiled=False.")
     else:
-        fit = group_schedule(Phi, factor, layout.groups, a0=a0, b0=b0, tol=tol, max_passes=max_passes,
-                             progress=progress)
-        shape = a0 + 0.5 * np.bincount(layout.groups)[layout.groups]
-    q = active_gaussian(fit)
-    frozen = np.asarray(fit.frozen_var)
-    log_det = float(q.log_det) + float(np.sum(np.log(frozen[frozen > 0])))
-    alpha_rate = np.array(factor.g_rate)
-    alpha_shape = np.array(factor.g_shape)
-    alpha_shape[layout.element] = shape
-    alpha_rate[layout.element] = shape / np.asarray(fit.x) * np.exp(layout.c)  # E[alpha] = E[tau_k] e^{-c_k}
-    state = DerivedState(mean={f: q.mean}, cov={f: q},
-                         **jax.device_put(dict(shape=unstack_sites(alpha_shape, st.gamma, sizes),
-                                               rate=unstack_sites(alpha_rate, st.gamma, sizes),
-                                               xi={n: np.asarray(v) for n, v in factor.xi.items()},
-                                               logdet={f: np.float64(log_det)})), log_eta={})
-    return state, fit
+        def run(Phi, factor, **options):
+            return group_schedule(Phi, factor, layout.groups, **options)
 
+        shape = a0 + 0.5 * np.bincount(layout.groups)[layout.groups]
+
+    def finish(fit):
+        q = active_gaussian(fit)
+        frozen = np.asarray(fit.frozen_var)
+        log_det = float(q.log_det) + float(np.sum(np.log(frozen[frozen > 0])))
+        alpha_rate = np.array(factor.g_rate)
+        alpha_shape = np.array(factor.g_shape)
+        alpha_shape[layout.element] = shape
+        alpha_rate[layout.element] = shape / np.asarray(fit.x) * np.exp(layout.c)  # E[alpha] = E[tau_k] e^{-c_k}
+        state = DerivedState(mean={f: q.mean}, cov={f: q},
+                             **jax.device_put(dict(shape=unstack_sites(alpha_shape, st.gamma, sizes),
+                                                   rate=unstack_sites(alpha_rate, st.gamma, sizes),
+                                                   xi={n: np.asarray(v) for n, v in factor.xi.items()},
+                                                   logdet={f: np.float64(log_det)})), log_eta={})
+        return state, fit
+
+    return Plan(Phi, factor, options, finish, run)
