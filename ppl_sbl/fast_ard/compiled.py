@@ -348,6 +348,16 @@ def _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact):
     kind = CF.kind_of(factor)
     if kind is None:
         raise ValueError(f"the compiled schedule has no form for a {type(factor).__name__} factor.")
+    data, sizes = fit_data(Phi, kind, a0, b0, tol, max_passes, max_moves, exact,
+                           lambda design, N: CF.host_data(factor, kind, design, N), CF.extra(factor, kind))
+    return kind, data, sizes
+
+
+def fit_data(Phi, kind, a0, b0, tol, max_passes, max_moves, exact, factor_arrays, extra=()):
+    """One fit's :class:`Data` (host NumPy) and sizes (N, M): the design in the kind's layout
+    (:func:`transposed`), padded to the sizes of :func:`bucket`; the factor's arrays
+    ``factor_arrays(design, N)`` -> (squares, t, omega, proj, e0, f0, c, d); ``extra`` as
+    :class:`Data`'s."""
     Phi = np.asarray(Phi, dtype=np.float64)
     N, M = Phi.shape
     if not b0 > 0:
@@ -362,7 +372,7 @@ def _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact):
         design = padded
     columns = np.zeros(bucket(M), dtype=bool)
     columns[:M] = True
-    squares, t, omega, proj, e0, f0, c, d = CF.host_data(factor, kind, design, N)
+    squares, t, omega, proj, e0, f0, c, d = factor_arrays(design, N)
 
     def scalar(v, dtype=np.float64):
         return np.asarray(v, dtype=dtype)
@@ -372,9 +382,8 @@ def _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact):
                 a0=scalar(a0), b0=scalar(b0), e0=scalar(e0), f0=scalar(f0), c=scalar(c), d=scalar(d), tol=scalar(tol),
                 max_passes=scalar(max_passes, np.int64), max_moves=scalar(big if max_moves is None else max_moves,
                                                                        np.int64),
-                exact=scalar(exact, bool), n=scalar(N), m=scalar(M, np.int64), columns=columns,
-                extra=CF.extra(factor, kind))
-    return kind, data, (N, M)
+                exact=scalar(exact, bool), n=scalar(N), m=scalar(M, np.int64), columns=columns, extra=extra)
+    return data, (N, M)
 
 
 #: The active block's first capacity (slots). The moves' and the passes' work grows with the

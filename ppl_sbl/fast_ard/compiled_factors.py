@@ -82,13 +82,11 @@ def host_data(factor, kind, design, N):
     """The factor's arrays of :class:`ppl_sbl.fast_ard.compiled_state.Data` for the padded
     ``design`` in the kind's layout (:func:`ppl_sbl.fast_ard.compiled_state.transposed`) (host
     NumPy): (squares, t, omega, proj, e0, f0, c, d)."""
+    if isinstance(kind, Rows):  # (W, r) from the row program
+        return targetless(design, N, kind)
     size = design.shape[1] if CS.transposed(kind) else design.shape[0]
     omega = np.zeros(size)
     omega[:N] = 1.0
-    if isinstance(kind, Rows):  # (W, r) from the row program: no targets, no projection kept
-        squares = np.zeros((1, 1)) if kind.uniform else design * design
-        columns = design.shape[0] if CS.transposed(kind) else design.shape[1]
-        return squares, np.zeros(size), omega, np.zeros(columns), 0.0, 0.0, 0.0, 0.0
     t = np.zeros(size)
     t[:N] = np.asarray(factor.t, dtype=np.float64)
     e0, f0 = (float(factor.e0), float(factor.f0)) if kind in ("gaussian", "robust_gaussian") else (0.0, 0.0)
@@ -98,6 +96,17 @@ def host_data(factor, kind, design, N):
     # Phi^T r where r is fixed (the JJ bound's); the robust factors form it afresh at every update
     proj = design @ (omega * (t - 0.5)) if kind == "jj" else np.zeros(design.shape[0])
     return design * design, t, omega, proj, e0, f0, c, d
+
+
+def targetless(design, N, kind):
+    """:func:`host_data`'s arrays for a factor whose targets the program does not hold (a derived
+    factor's r, the multiclass outputs' E[y_c], change with the other factors): no targets, no
+    projection kept, the points' weights 1 and 0 on the padding."""
+    size, columns = design.shape[::-1] if CS.transposed(kind) else design.shape
+    omega = np.zeros(size)
+    omega[:N] = 1.0
+    squares = np.zeros((1, 1)) if CS.uniform(kind) else design * design
+    return squares, np.zeros(size), omega, np.zeros(columns), 0.0, 0.0, 0.0, 0.0
 
 
 def host_state(factor, kind, N, padded_N, M):

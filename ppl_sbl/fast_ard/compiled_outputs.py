@@ -1,7 +1,8 @@
 """The fast schedule with several outputs (:func:`ppl_sbl.fast_ard.outputs.schedule_outputs`) as
 one compiled XLA program, for the multinomial probit (:class:`ppl_sbl.fast_ard.MultinomialProbit`,
-the multiclass RVM): the C outputs' states (:class:`ppl_sbl.fast_ard.compiled_state.State`) and
-active columns stacked along a leading axis, each output's moves in turn (the single output's step,
+the multiclass RVM of Girolami & Rogers 2006, q(y) by the quadrature of :mod:`ppl_sbl.probit`):
+the C outputs' states (:class:`ppl_sbl.fast_ard.compiled_state.State`) and active columns stacked
+along a leading axis, each output's moves in turn (the single output's step,
 :func:`ppl_sbl.fast_ard.compiled.move_step`, without the polish), then q(y)'s update with the
 parameter expansion and, on a pass that added nothing, the Newton step on the outputs' means, kept
 where it does not lower the ELBO; the same moves and updates as the host loop, so the fit is the
@@ -23,7 +24,7 @@ from ..probit import cone_moments
 from . import compiled as CC
 from . import compiled_factors as CF
 from . import jax_algebra as J
-from .compiled_state import (CONVERGED, GROW_ACTIVE, GROW_TRACE, MOVES, PASS_END, RUNNING, STOPPED, Buffers, Data,
+from .compiled_state import (CONVERGED, GROW_ACTIVE, GROW_TRACE, MOVES, PASS_END, RUNNING, STOPPED, Buffers,
                              choose, coefficient_terms, gather, put, refresh)
 from .outputs import NEWTON
 from .passes import MOVES_PER_COEFFICIENT, UPDATE
@@ -147,9 +148,10 @@ def _turn(carry, data, per_pass):
 
 
 def _pass_end(carry, data, labels):
-    """q(y)'s update after every output's turn (``schedule_outputs``): the parameter expansion,
-    q(y) given q(w), every output's factor afresh, the ELBO; on a pass that added no coefficient
-    the Newton step on the means, kept where the ELBO is not lower; the stopping rule. At the start
+    """q(y)'s update after every output's turn (``schedule_outputs``): the parameter expansion
+    (PX-VB, Qi & Jaakkola 2006; z in ``MultinomialProbit.expansion``), q(y) given q(w), every
+    output's factor afresh, the ELBO; on a pass that added no coefficient the Newton step on the
+    means, kept where the ELBO is not lower; the stopping rule. At the start
     of the fit, q(y) at the means 0 and the ELBO (the trace's first entry). One evaluation (q(y) at
     a location, the outputs' factors, the ELBO) a turn of one loop."""
     sts, AT, CB, sh = carry
@@ -210,30 +212,6 @@ def _program(sts, AT, CB, sh, data, labels, until):
     return lax.while_loop(lambda c: (c[3].status == RUNNING) & (c[3].passes < until), body, carry)
 
 
-def _data(Phi, a0, b0, tol, max_passes, max_moves, exact):
-    """The fit's :class:`Data` (host NumPy, the design as given, padded to the sizes of
-    :func:`ppl_sbl.fast_ard.compiled.bucket`)."""
-    N, M = Phi.shape
-    design = np.zeros((CC.bucket(N), CC.bucket(M)))
-    design[:N, :M] = Phi
-    omega = np.zeros(design.shape[0])
-    omega[:N] = 1.0
-    columns = np.zeros(design.shape[1], dtype=bool)
-    columns[:M] = True
-    big = np.iinfo(np.int64).max // 4
-
-    def scalar(v, dtype=np.float64):
-        return np.asarray(v, dtype=dtype)
-
-    zero = scalar(0.0)
-    return Data(design=design, squares=np.zeros((1, 1)), col_sq=np.einsum("nm,nm->m", design, design),
-                t=np.zeros(design.shape[0]), omega=omega, proj=np.zeros(design.shape[1]), a0=scalar(a0),
-                b0=scalar(b0), e0=zero, f0=zero, c=zero, d=zero, tol=scalar(tol),
-                max_passes=scalar(max_passes, np.int64),
-                max_moves=scalar(big if max_moves is None else max_moves, np.int64), exact=scalar(exact, bool),
-                n=scalar(N), m=scalar(M, np.int64), columns=columns)
-
-
 @J.one_blas_thread
 def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capacity=None, trace_length=None,
         report_interval=CC.REPORT_INTERVAL):
@@ -245,13 +223,9 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     if not supports(factor):
         raise ValueError(f"the compiled schedule with several outputs has no form for a {type(factor).__name__} "
                          "factor.")
-    if not b0 > 0:
-        raise ValueError("The compiled schedule needs a proper Gamma prior on the precisions (a0, b0 > 0); "
-                         "fit Tipping & Faul's limit a0 = b0 = 0 with `compiled=False`.")
-    Phi = np.asarray(Phi, dtype=np.float64)
-    N, M = Phi.shape
     C = int(factor.num_outputs)
-    data = _data(Phi, a0, b0, tol, max_passes, max_moves, exact)
+    data, (N, M) = CC.fit_data(Phi, "gaussian", a0, b0, tol, max_passes, max_moves, exact,
+                                 lambda design, N: CF.targetless(design, N, "gaussian"))
     Np = data.design.shape[0]
     labels = np.zeros(Np, dtype=np.int32)
     labels[:N] = factor.t
