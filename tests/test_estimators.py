@@ -89,7 +89,8 @@ def test_multiclass_probabilities_sum_to_one_and_classes_keep_their_labels(iris,
 
 def test_compiled_estimators_fit_what_the_host_schedule_fits(iris):
     """``compiled=True`` (the fast schedule as one compiled program, passed to CAVI by the RVMs'
-    common fit): the host schedule's fit, the multinomial RVC on two thirds of iris."""
+    common fit): the host schedule's fits, the multinomial RVC on two thirds of iris and the RVR on
+    the sinc."""
     X, y = iris
     fit = np.arange(150) % 3 != 2
     host, fast = (RVC(tol=1e-6, compiled=compiled).fit(X[fit], y[fit]) for compiled in (False, True))
@@ -97,6 +98,11 @@ def test_compiled_estimators_fit_what_the_host_schedule_fits(iris):
     np.testing.assert_array_equal(fast.relevance_, host.relevance_)
     np.testing.assert_allclose(fast.predict_proba(X[~fit]), host.predict_proba(X[~fit]), rtol=1e-7, atol=1e-10)
     assert RVR(compiled=True).get_params()["compiled"] is True
+    d = datasets.sinc(n_train=50, seed=0)
+    host, fast = (RVR(compiled=compiled).fit(d.X_train, d.t_train) for compiled in (False, True))
+    assert fast.elbo_ == pytest.approx(host.elbo_, rel=1e-10)
+    np.testing.assert_array_equal(fast.relevance_, host.relevance_)
+    np.testing.assert_allclose(fast.predict(d.X_test), host.predict(d.X_test), rtol=1e-7, atol=1e-10)
 
 
 def test_rvc_takes_string_labels_as_labels_where_the_models_refuse_them():
