@@ -26,6 +26,12 @@ RMSE on the noisy test targets; ``--regression-data`` picks either). Peers, in t
 ``sequential_sbl_compiled``
     ``sequential_sbl`` with ``compiled=True``: the same steps as one compiled XLA program
     (:mod:`ppl_sbl.models.sequential_sbl.compiled`; its first call at a size compiles it).
+``sequential_sbl_to_fastrvm_L``
+    ``sequential_sbl_compiled`` stopped (``max_steps``) at the first step after which its L is at
+    least fastrvm's (:class:`AtFastrvmL`): the time to a fit as good as fastrvm's by the objective
+    both maximise. fastrvm's L is evaluated on our design at its precisions and noise, with the
+    intercept's precision, which fastrvm does not report, chosen to maximise it
+    (:func:`fastrvm_log_marginal_likelihood`).
 ``sequential_sbl_exact``
     The same with ``tol=1e-13``: the exact local optimum of L (no alignment guard). The default
     rule's goal is an L within 0.1 nats of it (``L_default_minus_exact`` per size).
@@ -54,6 +60,13 @@ Slow peers. ``--skip-<name>-above N`` skips a peer at sizes above N (defaults: `
 dense solve's, assumed where it ran at one size only) and marked '*', not measured. A peer whose
 warm call takes more than ``--cap`` seconds (default 120) is called no more at that size: its time
 there is that one call less the JAX compilation it included (marked '~').
+
+The floor outside the schedule: for the compiled peers (``*_compiled``, ``sequential_sbl_to_fastrvm_L``)
+the record splits each timed call into the time in the compiled program and the rest, the host's
+(checking and preparing the arrays, the program's dispatch and transfers, building the result):
+``program_seconds``, ``host_seconds`` (medians over the rounds), ``program_ratio_to_fastrvm`` (the
+program alone over fastrvm's median) and ``program_us_per_move``
+(:class:`benchmarks.timing.ProgramSplit`).
 
 The record also gives, per size: every peer's test RMSE and its ratio to fastrvm's, its number of
 design columns in the model (``relevant``, the bias included where it is in) and of relevance
@@ -99,7 +112,7 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for ``benchmarks.timing``
 
-from benchmarks.timing import (CompileClock, Peer, environment, fmt, log, loglog_predict,  # noqa: E402
+from benchmarks.timing import (CompileClock, Peer, ProgramSplit, environment, fmt, log, loglog_predict,  # noqa: E402
                                set_blas_threads, set_cores, time_peers, write_record)
 
 REFERENCE = "fastrvm"
@@ -262,10 +275,49 @@ def describe_fastrvm(model, p):
     out.update(coef_columns=columns.tolist(), coef=coef.tolist(), relevance_vectors=int(len(model.relevance_)),
                n_iter=int(np.ravel(model.n_iter_)[0]), fit_status=int(model.fit_status_))
     if hasattr(model, "beta_"):
-        out.update(beta=float(model.beta_), rmse=rmse(score, p.t_test))
+        alpha = np.asarray(model.alpha_, dtype=np.float64).ravel()
+        L, intercept_alpha = fastrvm_log_marginal_likelihood(p.Phi, p.t, columns, alpha, 1.0 / float(model.beta_))
+        out.update(beta=float(model.beta_), rmse=rmse(score, p.t_test), log_marginal_likelihood=L,
+                   alpha=[intercept_alpha] + alpha.tolist())
     else:
         out.update(test_error=error_percent(score, p.t_test, 0.0))
     return out
+
+
+def log_marginal_likelihood(Phi, t, columns, alpha, noise_var):
+    """The type-II log marginal likelihood L = ln N(t | 0, sigma^2 I + Phi_a A^-1 Phi_a^T) of the
+    columns ``columns`` of ``Phi`` with precisions ``alpha`` and noise variance ``noise_var``, by
+    Woodbury's identities (O(N K^2)): ln|C| = N ln sigma^2 - sum ln alpha + ln|H| and t^T C^-1 t =
+    (t^T t - z^T H^-1 z / sigma^2) / sigma^2, with H = A + Phi_a^T Phi_a / sigma^2 and z = Phi_a^T t."""
+    import numpy as np
+
+    A = np.asarray(Phi)[:, np.asarray(columns)]
+    t = np.asarray(t, dtype=np.float64)
+    H = np.diag(np.asarray(alpha, dtype=np.float64)) + A.T @ A / noise_var
+    chol = np.linalg.cholesky(H)
+    z = np.linalg.solve(chol, A.T @ t)
+    log_det = len(t) * math.log(noise_var) - np.sum(np.log(alpha)) + 2.0 * np.sum(np.log(np.diag(chol)))
+    fit = (t @ t - z @ z / noise_var) / noise_var
+    return float(-0.5 * (len(t) * math.log(2.0 * math.pi) + log_det + fit))
+
+
+def fastrvm_log_marginal_likelihood(Phi, t, columns, alpha, noise_var):
+    """fastrvm's fit on our objective: :func:`log_marginal_likelihood` of its columns (the intercept,
+    our column 0, first) at its precisions ``alpha`` (of ``relevance_``) and noise variance, with
+    the intercept's precision, which fastrvm does not report, chosen to maximise L (a bounded search
+    over ln alpha_0 in [-20, 20], and alpha_0 = inf: the intercept out of the model). Returns (L,
+    that precision)."""
+    import numpy as np
+    from scipy.optimize import minimize_scalar
+
+    def minus_L(log_alpha0):
+        return -log_marginal_likelihood(Phi, t, columns, np.concatenate([[math.exp(log_alpha0)], alpha]), noise_var)
+
+    best = minimize_scalar(minus_L, bounds=(-20.0, 20.0), method="bounded", options={"xatol": 1e-6})
+    without = log_marginal_likelihood(Phi, t, columns[1:], alpha, noise_var)
+    if without > -best.fun:
+        return without, math.inf
+    return float(-best.fun), float(np.exp(best.x))
 
 
 def describe_sequential_sbl(state, p):
@@ -290,6 +342,8 @@ def describe_cavi(res, p):
 
     out = _columns_fields(np.flatnonzero(np.asarray(res.relevant)))
     out.update(elbo=float(res.elbo), num_sweeps=int(res.num_sweeps), converged=bool(res.converged))
+    if res.num_moves is not None:
+        out["num_moves"] = int(res.num_moves)
     pred = res.predict(p.Phi_test)
     if isinstance(pred, tuple):
         out["rmse"] = rmse(pred[0], p.t_test)
@@ -311,6 +365,56 @@ def describe_ard(model, p):
 # ----------------------------------------------------------------------------------------------
 # The peers
 # ----------------------------------------------------------------------------------------------
+class AtFastrvmL:
+    """``sequential_sbl_compiled`` stopped at the first step (``max_steps``) after which its L is at
+    least fastrvm's on the same problem (:func:`fastrvm_log_marginal_likelihood`): the time our
+    type-II fit takes to a fit as good as fastrvm's by the objective both maximise. The step is found
+    at the first call on a problem (the warm call, untimed): fastrvm's fit and L; our full compiled
+    fit (where it does not reach fastrvm's L, the full fit is the one timed); then the fewest steps
+    whose fit reaches it, by bisection (L never falls from one step to the next)."""
+
+    def __init__(self):
+        self.stops = {}  # problem name -> (step, fastrvm's L)
+
+    @staticmethod
+    def fit_steps(p, max_steps):
+        """The compiled type-II fit of ``sequential_sbl_compiled`` stopped after ``max_steps`` steps."""
+        import numpy as np
+
+        from ppl_sbl.models import sequential_sbl as ss
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # stopped at max_steps on purpose: not converged
+            return ss.fit(p.Phi, p.t, noise_var=float(np.var(p.t)), update_noise=True, progress_bar=False,
+                          compiled=True, max_steps=max_steps)
+
+    def fit(self, p):
+        import fastrvm
+        import numpy as np
+
+        if p.name not in self.stops:
+            ref = fastrvm.RVR(kernel="precomputed", fit_intercept=True).fit(p.K, p.t)
+            columns, _ = fastrvm_columns(ref)
+            L_ref, _ = fastrvm_log_marginal_likelihood(p.Phi, p.t, columns, np.asarray(ref.alpha_, dtype=float).ravel(),
+                                                       1.0 / float(ref.beta_))
+            full = self.fit_steps(p, 100000)
+            step = None
+            if full.log_marginal_likelihood >= L_ref:
+                low, step = 0, len(full.trace)  # the fit after `low` steps is below L_ref, after `step` not
+                while step - low > 1:
+                    mid = (low + step) // 2
+                    low, step = (low, mid) if self.fit_steps(p, mid).log_marginal_likelihood >= L_ref else (mid, step)
+            self.stops[p.name] = (step, L_ref)
+        step, _ = self.stops[p.name]
+        return self.fit_steps(p, 100000 if step is None else step)
+
+    def describe(self, state, p):
+        out = describe_sequential_sbl(state, p)
+        step, L_ref = self.stops[p.name]
+        out.update(fastrvm_L=L_ref, max_steps=step, reaches_fastrvm_L=bool(state.log_marginal_likelihood >= L_ref))
+        return out
+
+
 def _fit_ard(p):
     from sklearn.linear_model import ARDRegression
 
@@ -330,15 +434,22 @@ def regression_peers():
     import numpy as np
 
     import ppl_sbl
+    from ppl_sbl.fast_ard import compiled as fast_compiled
     from ppl_sbl.models import rvm
     from ppl_sbl.models import sequential_sbl as ss
+    from ppl_sbl.models.sequential_sbl import compiled as type2_compiled
 
+    at_fastrvm_L = AtFastrvmL()
     return {
         "fastrvm": Peer(lambda p: fastrvm.RVR(kernel="precomputed", fit_intercept=True).fit(p.K, p.t), describe_fastrvm),
         "sequential_sbl": Peer(lambda p: ss.fit(p.Phi, p.t, noise_var=float(np.var(p.t)), update_noise=True,
                                                 progress_bar=False), describe_sequential_sbl),
-        "sequential_sbl_compiled": Peer(lambda p: ss.fit(p.Phi, p.t, noise_var=float(np.var(p.t)), update_noise=True,
-                                                         progress_bar=False, compiled=True), describe_sequential_sbl),
+        "sequential_sbl_compiled": Peer(ProgramSplit(lambda p: ss.fit(p.Phi, p.t, noise_var=float(np.var(p.t)),
+                                                                      update_noise=True, progress_bar=False,
+                                                                      compiled=True), type2_compiled),
+                                        describe_sequential_sbl),
+        "sequential_sbl_to_fastrvm_L": Peer(ProgramSplit(at_fastrvm_L.fit, type2_compiled),
+                                                     at_fastrvm_L.describe),
         "sequential_sbl_exact": Peer(lambda p: ss.fit(p.Phi, p.t, noise_var=float(np.var(p.t)), update_noise=True,
                                                       tol=EXACT_TOL, progress_bar=False), describe_sequential_sbl),
         "sequential_sbl_exact_guarded": Peer(lambda p: ss.fit(p.Phi, p.t, noise_var=float(np.var(p.t)), update_noise=True,
@@ -346,8 +457,9 @@ def regression_peers():
                                                               progress_bar=False), describe_sequential_sbl),
         "cavi_fast": Peer(lambda p: ppl_sbl.CAVI(rvm.regression, schedule="fast", progress_bar=False).run(p.Phi, p.t),
                           describe_cavi),
-        "cavi_fast_compiled": Peer(lambda p: ppl_sbl.CAVI(rvm.regression, schedule="fast", compiled=True,
-                                                          progress_bar=False).run(p.Phi, p.t), describe_cavi),
+        "cavi_fast_compiled": Peer(ProgramSplit(lambda p: ppl_sbl.CAVI(rvm.regression, schedule="fast", compiled=True,
+                                                                       progress_bar=False).run(p.Phi, p.t),
+                                                fast_compiled), describe_cavi),
         "cavi": Peer(lambda p: ppl_sbl.CAVI(rvm.regression, schedule="sweep", progress_bar=False).run(p.Phi, p.t),
                      describe_cavi),
         "ard": Peer(_fit_ard, describe_ard),
@@ -364,21 +476,23 @@ def classification_peers():
     import fastrvm
 
     import ppl_sbl
+    from ppl_sbl.fast_ard import compiled as fast_compiled
     from ppl_sbl.models import robust_rvm, rvm
 
     return {
         "fastrvm": Peer(lambda p: fastrvm.RVC(kernel="precomputed", fit_intercept=True).fit(p.K, p.t), describe_fastrvm),
         "cavi_fast": Peer(lambda p: ppl_sbl.CAVI(rvm.classification, schedule="fast", progress_bar=False)
                           .run(p.Phi, p.t), describe_cavi),
-        "cavi_fast_compiled": Peer(lambda p: ppl_sbl.CAVI(rvm.classification, schedule="fast", compiled=True,
-                                                          progress_bar=False).run(p.Phi, p.t), describe_cavi),
+        "cavi_fast_compiled": Peer(ProgramSplit(lambda p: ppl_sbl.CAVI(rvm.classification, schedule="fast",
+                                                                       compiled=True, progress_bar=False).run(p.Phi, p.t),
+                                                fast_compiled), describe_cavi),
         "cavi": Peer(lambda p: ppl_sbl.CAVI(rvm.classification, schedule="sweep", progress_bar=False).run(p.Phi, p.t),
                      describe_cavi),
         "cavi_robust_fast": Peer(lambda p: ppl_sbl.CAVI(robust_rvm.classification, schedule="fast", progress_bar=False)
                                  .run(p.Phi, p.t), describe_cavi),
-        "cavi_robust_fast_compiled": Peer(lambda p: ppl_sbl.CAVI(robust_rvm.classification, schedule="fast",
-                                                                 compiled=True, progress_bar=False).run(p.Phi, p.t),
-                                          describe_cavi),
+        "cavi_robust_fast_compiled": Peer(ProgramSplit(lambda p: ppl_sbl.CAVI(robust_rvm.classification, schedule="fast",
+                                                                              compiled=True, progress_bar=False)
+                                                       .run(p.Phi, p.t), fast_compiled), describe_cavi),
         "cavi_robust": Peer(lambda p: ppl_sbl.CAVI(robust_rvm.classification, schedule="sweep", progress_bar=False)
                             .run(p.Phi, p.t), describe_cavi),
     }
@@ -403,10 +517,28 @@ def extrapolate(rows, name):
                    slope_assumed=assumed, from_sizes=[m[0] for m in measured])
 
 
+def split_programs(row, peers):
+    """For the compiled peers (a :class:`benchmarks.timing.ProgramSplit` fit) measured over the
+    rounds: the medians over those rounds of the time in the compiled program and of the rest of the
+    call, the host's (``program_seconds``, ``host_seconds``: the floor outside the schedule), and the
+    program's time per move (``program_us_per_move``)."""
+    for name, rec in row["peers"].items():
+        fit = peers[name].fit
+        if not isinstance(fit, ProgramSplit) or rec.get("status") != "measured":
+            continue
+        rec.update(fit.summary(rec["rounds"]))
+        moves = rec.get("moves", rec.get("num_moves"))
+        if moves:
+            rec["program_us_per_move"] = 1e6 * rec["program_seconds"] / moves
+
+
 def add_ratios(row):
-    """Each peer's median and minimum time, and RMSE, over fastrvm's (where both exist)."""
+    """Each peer's median and minimum time, and RMSE, over fastrvm's (where both exist); for the
+    compiled peers also the program's time alone over fastrvm's (``program_ratio_to_fastrvm``)."""
     ref = row["peers"][REFERENCE]
     for rec in row["peers"].values():
+        if "program_seconds" in rec:
+            rec["program_ratio_to_fastrvm"] = rec["program_seconds"] / ref["seconds"]
         if "seconds" in rec:
             rec["ratio_to_fastrvm"] = rec["seconds"] / ref["seconds"]
         if "min_seconds" in rec:
@@ -521,6 +653,17 @@ def print_rows(rows, kind):
                          f"(only ours {o['only_ours']}, only fastrvm {o['only_fastrvm']}); nearest other centre: "
                          f"{_distances(o['only_ours_nearest_fastrvm_distance'])} / "
                          f"{_distances(o['only_fastrvm_nearest_ours_distance'])}")
+        for name, rec in r["peers"].items():
+            if "program_seconds" in rec:
+                per_move = rec.get("program_us_per_move")
+                lines.append(f"{'':>31} {name}: in the program {1e3 * rec['program_seconds']:.2f} ms "
+                             f"({rec['program_ratio_to_fastrvm']:.1f}x fastrvm), on the host "
+                             f"{1e3 * rec['host_seconds']:.2f} ms"
+                             + ("" if per_move is None else f"; {per_move:.1f} us a move"))
+            if "fastrvm_L" in rec:
+                lines.append(f"{'':>31} {name}: fastrvm's L on our objective {rec['fastrvm_L']:.3f}; passed at step "
+                             f"{fmt(rec['max_steps'], 'd')} (L {rec['log_marginal_likelihood']:.3f}; full fit "
+                             f"{fmt(r['peers'].get('sequential_sbl_compiled', {}).get('log_marginal_likelihood'), '.3f')})")
         for suffix, what in (("", ""), ("_guarded", ", the same alignment guard")):
             if r.get("L_default_minus_exact" + suffix) is not None:
                 lines.append(f"{'':>31} L default - L exact (tol={EXACT_TOL:g}{what}) = "
@@ -756,6 +899,9 @@ def main(argv=None):
                 and n > getattr(args, f"skip_{name}_above")}
         log(f"\n== {problem.name}: N = {n}, M = {problem.Phi.shape[1]}, test {len(problem.t_test)}"
             + (f"; skipped {sorted(skip)}" if skip else ""))
+        for peer in peers.values():
+            if isinstance(peer.fit, ProgramSplit):
+                peer.fit.reset()
         row = {"data": problem.name, "dataset": dataset, "n": n, "m": int(problem.Phi.shape[1]),
                "n_test": int(len(problem.t_test)),
                "rounds": args.rounds,
@@ -766,6 +912,7 @@ def main(argv=None):
                 log(f"  {name:<21} {rec['seconds']:9.4f}s median, {rec['min_seconds']:.4f}s min over "
                     f"{rec['rounds']} ({rec['status']}); first call {rec['first_call_seconds']:.3f}s; {q}; "
                     f"{rec['relevant']} columns; {peer_note(rec)}")
+        split_programs(row, peers)
         if kind == "regression":
             compare_type2(row, problem.X)
         rows.append(row)

@@ -8,7 +8,8 @@ Each script puts the repository root on ``sys.path`` and imports this module as
 * repeated calls: :func:`timed`, :func:`repeat_timed`, :func:`run_chained` (a jitted step applied
   to its own output), :func:`interleaved_rounds` (several functions called in turn, round after
   round, so that they share the state of the machine) and :func:`time_peers` (fits of several
-  peers on one problem: a warm call each, then interleaved rounds); :func:`summarise` reduces
+  peers on one problem: a warm call each, then interleaved rounds); :class:`ProgramSplit` (a fit's
+  time in a compiled program and on the host); :func:`summarise` reduces
   per-round samples to what a record keeps (median, minimum, maximum, number of rounds);
 * extrapolation: :func:`loglog_fit`, :func:`loglog_slope` and :func:`loglog_predict`; XLA's static cost of a compiled
   function: :func:`xla_cost`;
@@ -188,6 +189,53 @@ def repeat_timed(fn, repeats, *, warm=False, budget=None):
         if budget is not None and sum(seconds) > budget:
             break
     return seconds, out
+
+
+class ProgramSplit:
+    """A fit whose calls record how long they took and how much of it was spent in one compiled
+    program: ``module.<name>`` (a jitted function the module calls by that name, e.g.
+    ``ppl_sbl.fast_ard.compiled.program``) is wrapped for the time of each call and its results
+    waited for. The rest of the call is the host's: checking and preparing the arrays, the program's
+    dispatch and the transfers, building the result.
+
+    ``split(problem)`` calls ``fit(problem)``; ``calls`` holds (wall seconds, seconds in the program)
+    of every call since :meth:`reset`; :meth:`summary` reduces the last ``n``.
+    """
+
+    def __init__(self, fit, module, name="program"):
+        self.fit, self.module, self.name, self.calls = fit, module, name, []
+
+    def reset(self):
+        self.calls = []
+
+    def __call__(self, problem):
+        import jax
+
+        program, spent = getattr(self.module, self.name), [0.0]
+
+        def timed_program(*args, **kwargs):
+            began = time.perf_counter()
+            out = jax.block_until_ready(program(*args, **kwargs))
+            spent[0] += time.perf_counter() - began
+            return out
+
+        setattr(self.module, self.name, timed_program)
+        began = time.perf_counter()
+        try:
+            out = self.fit(problem)
+        finally:
+            setattr(self.module, self.name, program)
+        self.calls.append((time.perf_counter() - began, spent[0]))
+        return out
+
+    def summary(self, n):
+        """Medians over the last ``n`` calls: ``program_seconds`` (in the program) and ``host_seconds``
+        (the rest of the call)."""
+        import numpy as np
+
+        calls = np.asarray(self.calls[-n:], dtype=float).reshape(-1, 2)
+        return {"program_seconds": float(np.median(calls[:, 1])),
+                "host_seconds": float(np.median(calls[:, 0] - calls[:, 1]))}
 
 
 def run_chained(step, state, data, reps):

@@ -15,9 +15,13 @@ COMMON = {"status", "seconds", "min_seconds", "rounds", "first_call_seconds",
           "first_call_compile_seconds", "relevance_columns", "relevant", "relevance_vectors", "ratio_to_fastrvm",
           "min_ratio_to_fastrvm"}
 REGRESSION_FIELDS = {
-    "fastrvm": {"rmse", "coef", "coef_columns", "n_iter", "beta", "fit_status"},
+    "fastrvm": {"rmse", "coef", "coef_columns", "n_iter", "beta", "fit_status", "log_marginal_likelihood", "alpha"},
     "sequential_sbl": {"rmse", "coef", "coef_columns", "log_marginal_likelihood", "moves", "stop_reason"},
-    "sequential_sbl_compiled": {"rmse", "coef", "coef_columns", "log_marginal_likelihood", "moves", "stop_reason"},
+    "sequential_sbl_compiled": {"rmse", "coef", "coef_columns", "log_marginal_likelihood", "moves", "stop_reason",
+                                "program_seconds", "host_seconds", "program_ratio_to_fastrvm", "program_us_per_move"},
+    "sequential_sbl_to_fastrvm_L": {"rmse", "coef", "coef_columns", "log_marginal_likelihood", "moves",
+                                    "stop_reason", "fastrvm_L", "max_steps", "reaches_fastrvm_L", "program_seconds",
+                                    "host_seconds", "program_ratio_to_fastrvm"},
     "sequential_sbl_exact": {"rmse", "coef", "coef_columns", "log_marginal_likelihood", "moves", "stop_reason"},
     "sequential_sbl_exact_guarded": {"rmse", "coef", "coef_columns", "log_marginal_likelihood", "moves", "stop_reason"},
     "cavi_fast": {"rmse", "elbo", "num_sweeps"},
@@ -88,6 +92,31 @@ def test_rvm_bench_quick_regression(tmp_path):
         assert (compiled["moves"], compiled["relevance_columns"]) == (loop["moves"], loop["relevance_columns"])
         assert compiled["log_marginal_likelihood"] == pytest.approx(loop["log_marginal_likelihood"], rel=1e-10)
         assert r["goals"]["fastest_type2_ratio"]["value"] == min(loop["ratio_to_fastrvm"], compiled["ratio_to_fastrvm"])
+
+        # fastrvm's L on our objective, recomputed from the dense covariance C = sigma^2 I + Phi_a A^-1 Phi_a^T at
+        # its recorded precisions (the intercept's, its maximiser, first) and noise; the maximiser is one
+        alpha, noise = np.asarray(ref["alpha"]), 1.0 / ref["beta"]
+
+        def dense_L(alpha):
+            A = problem.Phi[:, ref["coef_columns"]]
+            C = noise * np.eye(r["n"]) + (A / alpha) @ A.T
+            return -0.5 * (r["n"] * np.log(2 * np.pi) + np.linalg.slogdet(C)[1] + problem.t @ np.linalg.solve(C, problem.t))
+
+        assert ref["log_marginal_likelihood"] == pytest.approx(dense_L(alpha), rel=1e-9)
+        for factor in (0.9, 1.1):
+            assert dense_L(np.r_[alpha[0] * factor, alpha[1:]]) <= ref["log_marginal_likelihood"] + 1e-9
+        # our compiled type-II fit stopped at the fewest steps that reach fastrvm's L: one step fewer does not
+        to_L = r["peers"]["sequential_sbl_to_fastrvm_L"]
+        assert to_L["fastrvm_L"] == ref["log_marginal_likelihood"] and to_L["reaches_fastrvm_L"] is True
+        assert to_L["log_marginal_likelihood"] >= to_L["fastrvm_L"] and to_L["stop_reason"] == "max_steps"
+        fewer = bench.AtFastrvmL.fit_steps(problem, to_L["max_steps"] - 1)
+        assert fewer.log_marginal_likelihood < to_L["fastrvm_L"]
+        # the compiled peers' split: the program's time over fastrvm's, and per move
+        for name in ("sequential_sbl_compiled", "sequential_sbl_to_fastrvm_L"):
+            rec = r["peers"][name]
+            assert 0 < rec["program_seconds"] and math.isfinite(rec["host_seconds"])
+            assert rec["program_ratio_to_fastrvm"] == rec["program_seconds"] / ref["seconds"]
+        assert compiled["program_us_per_move"] == 1e6 * compiled["program_seconds"] / compiled["moves"]
 
         # the overlap of the type-II fits with fastrvm's columns
         theirs = set(ref["relevance_columns"])

@@ -456,13 +456,13 @@ def test_the_compiled_fit_runs_on_one_blas_thread_and_gives_the_callers_setting_
     def blas_threads():
         return {info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"}
 
-    program, seen = compiled._program, []
+    program, seen = compiled.program, []
 
     def spy(*args, **kwargs):
         seen.append(blas_threads())
         return program(*args, **kwargs)
 
-    monkeypatch.setattr(compiled, "_program", spy)
+    monkeypatch.setattr(compiled, "program", spy)
     Phi, t, _ = _problem(0)
     with threadpool_limits(limits=2, user_api="blas"):
         fit, _ = _fit(Phi, t, 1e-6, 1e-6, 1e-6, True)

@@ -136,7 +136,7 @@ def test_compiled_fit_hands_over_to_the_host_where_statistics_fail(monkeypatch):
 
     monkeypatch.setattr(P, "_gains", nan_from_step_5)
     # a new function (JAX keeps the trace of a function it has traced): traced with the patch
-    monkeypatch.setattr(C, "_program", C.jax.jit(lambda f, data: P.steps(f, data)))
+    monkeypatch.setattr(C, "program", C.jax.jit(lambda f, data: P.steps(f, data)))
     real_run = C.run
     monkeypatch.setattr(C, "run", lambda *a, **k: handed.append(real_run(*a, **k)) or handed[-1])
     comp = ss.fit(D, y, noise_var=0.5, update_noise=True, compiled=True)

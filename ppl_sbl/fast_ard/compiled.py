@@ -42,7 +42,7 @@ from .compiled_state import (CONVERGED, GROW_ACTIVE, GROW_TRACE, MOVES, PASS_END
                              Data, State, choose, column, flush, record, slots, transposed)
 from .passes import MOVES_PER_COEFFICIENT, REESTIMATE, UPDATE
 
-__all__ = ["supports", "run", "run_many", "bucket", "grow", "power_of_two"]
+__all__ = ["supports", "program", "run", "run_many", "bucket", "grow", "power_of_two"]
 
 
 
@@ -262,7 +262,9 @@ def _passes(st, buf, data, until, kind, lanes=False):
 #: :func:`move_step` carries the whole state). The same arithmetic, fewer operations per move.
 OPTIONS = {"xla_cpu_copy_insertion_use_region_analysis": True}
 
-_program = functools.partial(jax.jit, static_argnames=("kind",), donate_argnums=(0, 1),
+#: The compiled passes of one fit (:func:`run` calls it until the fit stops): one XLA program per
+#: kind and shape.
+program = functools.partial(jax.jit, static_argnames=("kind",), donate_argnums=(0, 1),
                              compiler_options=OPTIONS)(_passes)
 
 #: The host reports a compiled fit's progress about this often (seconds): the program runs as many
@@ -464,7 +466,7 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     chunk, began = 1, time.perf_counter()  # passes a call, when the call began
     until = np.int64(never if progress is None else 1 + chunk)  # passes count from 1
     while True:
-        st, buf = _program(st, buf, data, until, kind)
+        st, buf = program(st, buf, data, until, kind)
         status = int(st.status)
         if status == GROW_ACTIVE:
             cap = min(grow(cap), power_of_two(M))

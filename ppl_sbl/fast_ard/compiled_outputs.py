@@ -29,7 +29,7 @@ from .compiled_state import (CONVERGED, GROW_ACTIVE, GROW_TRACE, MOVES, PASS_END
 from .outputs import NEWTON
 from .passes import MOVES_PER_COEFFICIENT, UPDATE
 
-__all__ = ["supports", "run"]
+__all__ = ["supports", "program", "run"]
 
 
 def supports(factor):
@@ -195,7 +195,7 @@ def _pass_end(carry, data, labels):
 
 
 @functools.partial(jax.jit, donate_argnums=(0, 1, 2, 3), compiler_options=CC.OPTIONS)
-def _program(sts, AT, CB, sh, data, labels, until):
+def program(sts, AT, CB, sh, data, labels, until):
     """The passes from where the fit stands until it stops, a buffer needs to grow, or pass
     ``until`` is about to start."""
     per_pass = MOVES_PER_COEFFICIENT * data.m
@@ -252,7 +252,7 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     chunk, began = 1, time.perf_counter()
     until = np.int64(never if progress is None else 1 + chunk)
     while True:
-        sts, AT, CB, sh = _program(sts, AT, CB, sh, data, labels, until)
+        sts, AT, CB, sh = program(sts, AT, CB, sh, data, labels, until)
         status = int(sh.status)
         if status == GROW_ACTIVE:
             cap = min(CC.grow(cap), CC.power_of_two(M))

@@ -36,7 +36,7 @@ from .compiled_steps import (BAIL, CONVERGED, COUNTS, GROW_ACTIVE, GROW_TRACE, K
                              Fit, steps)
 from .design import design_of, design_rows
 
-__all__ = ["supports", "run"]
+__all__ = ["supports", "program", "run"]
 
 CAPACITY = 16  # the active block's first capacity (slots)
 
@@ -75,7 +75,8 @@ def _unpack(packed, f):
     return out
 
 
-_program = jax.jit(steps, donate_argnums=(0,), compiler_options=OPTIONS)
+#: The compiled steps (:func:`run` calls it until the fit stops): one XLA program per shape.
+program = jax.jit(steps, donate_argnums=(0,), compiler_options=OPTIONS)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -196,7 +197,7 @@ def run(state, *, update_noise, noise_every, tol, practical, max_steps, refresh_
     chunk = int(max_steps) if bar is None else 50
     f = f._replace(until=np.int64(min(chunk, int(max_steps))))
     while True:
-        f, packed = _program(f, data)
+        f, packed = program(f, data)
         out = _unpack(jax.device_get(packed), f)
         status = out["status"]
         if status == GROW_ACTIVE:
