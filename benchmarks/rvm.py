@@ -483,16 +483,16 @@ def classification_peers():
         "fastrvm": Peer(lambda p: fastrvm.RVC(kernel="precomputed", fit_intercept=True).fit(p.K, p.t), describe_fastrvm),
         "cavi_fast": Peer(lambda p: ppl_sbl.CAVI(rvm.classification, schedule="fast", progress_bar=False)
                           .run(p.Phi, p.t), describe_cavi),
-        "cavi_fast_compiled": Peer(ProgramSplit(lambda p: ppl_sbl.CAVI(rvm.classification, schedule="fast",
-                                                                       compiled=True, progress_bar=False).run(p.Phi, p.t),
-                                                fast_compiled), describe_cavi),
+        "cavi_fast_compiled": Peer(ProgramSplit(lambda p: ppl_sbl.CAVI(
+            rvm.classification, schedule="fast", compiled=True, progress_bar=False).run(p.Phi, p.t),
+            fast_compiled), describe_cavi),
         "cavi": Peer(lambda p: ppl_sbl.CAVI(rvm.classification, schedule="sweep", progress_bar=False).run(p.Phi, p.t),
                      describe_cavi),
         "cavi_robust_fast": Peer(lambda p: ppl_sbl.CAVI(robust_rvm.classification, schedule="fast", progress_bar=False)
                                  .run(p.Phi, p.t), describe_cavi),
-        "cavi_robust_fast_compiled": Peer(ProgramSplit(lambda p: ppl_sbl.CAVI(robust_rvm.classification, schedule="fast",
-                                                                              compiled=True, progress_bar=False)
-                                                       .run(p.Phi, p.t), fast_compiled), describe_cavi),
+        "cavi_robust_fast_compiled": Peer(ProgramSplit(lambda p: ppl_sbl.CAVI(
+            robust_rvm.classification, schedule="fast", compiled=True, progress_bar=False).run(p.Phi, p.t),
+            fast_compiled), describe_cavi),
         "cavi_robust": Peer(lambda p: ppl_sbl.CAVI(robust_rvm.classification, schedule="sweep", progress_bar=False)
                             .run(p.Phi, p.t), describe_cavi),
     }
@@ -661,9 +661,10 @@ def print_rows(rows, kind):
                              f"{1e3 * rec['host_seconds']:.2f} ms"
                              + ("" if per_move is None else f"; {per_move:.1f} us a move"))
             if "fastrvm_L" in rec:
+                full = r["peers"].get("sequential_sbl_compiled", {}).get("log_marginal_likelihood")
                 lines.append(f"{'':>31} {name}: fastrvm's L on our objective {rec['fastrvm_L']:.3f}; passed at step "
                              f"{fmt(rec['max_steps'], 'd')} (L {rec['log_marginal_likelihood']:.3f}; full fit "
-                             f"{fmt(r['peers'].get('sequential_sbl_compiled', {}).get('log_marginal_likelihood'), '.3f')})")
+                             f"{fmt(full, '.3f')})")
         for suffix, what in (("", ""), ("_guarded", ", the same alignment guard")):
             if r.get("L_default_minus_exact" + suffix) is not None:
                 lines.append(f"{'':>31} L default - L exact (tol={EXACT_TOL:g}{what}) = "

@@ -17,8 +17,9 @@ state (an exact refresh finds L below the best exact L: moves chosen on drifted 
 ill-conditioned dictionary) or meets statistics that are not numbers, the program stops and
 :func:`run` returns None: the caller runs the host schedule from the start.
 
-Dense designs only (:func:`supports`): a plain matrix or the rows of one, and dense dictionaries
-side by side.
+The program holds the design over the samples as a dense matrix: a dense dictionary's rows, or
+those of any other dictionary (sparse, Kronecker, side by side) formed once, where the padded matrix
+takes at most :data:`MAX_DENSE_BYTES` (:func:`supports`).
 """
 from __future__ import annotations
 
@@ -36,15 +37,25 @@ from .compiled_steps import (BAIL, CONVERGED, COUNTS, GROW_ACTIVE, GROW_TRACE, K
                              Fit, steps)
 from .design import design_of, design_rows
 
-__all__ = ["supports", "program", "run"]
+__all__ = ["MAX_DENSE_BYTES", "dense_bytes", "supports", "program", "run"]
 
 CAPACITY = 16  # the active block's first capacity (slots)
+
+#: The largest design over the samples (bytes, float64, padded to the program's sizes) that the
+#: compiled program forms densely from a dictionary that is not a dense matrix.
+MAX_DENSE_BYTES = 2**28
+
+
+def dense_bytes(state):
+    """The bytes of the design over the state's samples, dense and padded to the program's sizes."""
+    return 8 * bucket(len(state.y)) * bucket(state.dictionary.shape[1])
 
 
 def supports(state):
     """Whether the compiled program fits this state: a dense dictionary, or dense dictionaries side by
-    side (:func:`.add_basis` stacks the new functions beside the old)."""
-    return _dense(state.dictionary)
+    side (:func:`.add_basis` stacks the new functions beside the old), or any dictionary whose design
+    over the samples takes at most :data:`MAX_DENSE_BYTES` as a dense matrix (:func:`dense_bytes`)."""
+    return _dense(state.dictionary) or dense_bytes(state) <= MAX_DENSE_BYTES
 
 
 def _dense(dictionary):
@@ -53,7 +64,8 @@ def _dense(dictionary):
 
 
 def dense_design(state, design):
-    """The design over the state's samples as a dense (N, M) array (:func:`supports`)."""
+    """The design over the state's samples as a dense (N, M) array: a dense dictionary's rows, or
+    those of any other dictionary formed (:func:`supports`)."""
     if design.dense is not None:
         return np.asarray(design.dense, dtype=np.float64)
     return design_rows(state, np.arange(len(state.y)))
@@ -162,7 +174,7 @@ def _grown(f, cap):
 @one_blas_thread
 def run(state, *, update_noise, noise_every, tol, practical, max_steps, refresh_every, align_tol, max_alignment,
         rounding, log_alpha_tol, log_noise_tol, joint_max_active, bar=None, start=None):
-    """:class:`.schedule.Schedule`'s run from ``state`` (dense design) in the compiled program, with
+    """:class:`.schedule.Schedule`'s run from ``state`` (:func:`supports`) in the compiled program, with
     the schedule's settings and rules (``rounding``, ``log_alpha_tol``, ``log_noise_tol``,
     ``joint_max_active``: its ``rounding``, ``LOG_ALPHA_TOL``, ``LOG_NOISE_TOL``,
     ``JOINT_MAX_ACTIVE``).
