@@ -95,7 +95,7 @@ def prepare_gaussian(Phi, t, e0, f0, gram=True) -> GaussianLikelihood:
         gram=gram,
         gram_factor=factor,
         phi_t=Phi.T @ t,
-        col_sq=np.sum(Phi**2, axis=0),
+        col_sq=np.einsum("nm,nm->m", Phi, Phi),  # no (N, M) temporary
         e0=e0,
         f0=f0,
     )

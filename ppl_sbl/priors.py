@@ -69,7 +69,7 @@ def column_spread(Phi):
     """m_k = mean_n phi_nk^2 of every column, shape (M,); 1 for a column of zeros."""
     xp = _xp(Phi)
     Phi = xp.asarray(Phi, dtype=xp.float64)
-    m = xp.mean(Phi * Phi, axis=0)
+    m = xp.einsum("n...,n...->...", Phi, Phi) / Phi.shape[0]  # no (N, M) temporary
     return xp.where(m > 0, m, 1.0)
 
 

@@ -469,3 +469,19 @@ def test_the_compiled_fit_runs_on_one_blas_thread_and_gives_the_callers_setting_
         after = blas_threads()
     assert fit.converged and seen and all(threads == {1} for threads in seen)
     assert after == {2}
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "transposed", "strided"])
+def test_padded_copies_any_layout_into_the_corner(layout):
+    """The padded copy of a design (blocks of columns for a layout that is not C-contiguous) is the
+    matrix in the top-left corner of zeros, whatever its layout and however its columns fall on the
+    blocks."""
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(2 * compiled.COPY_BLOCK + 37, 300))
+    A = {"C": base, "F": np.asfortranarray(base), "transposed": base.T, "strided": base[::2, ::3]}[layout]
+    shape = (A.shape[0] + 5, A.shape[1] + 11)
+    out = compiled.padded(A, shape)
+    expected = np.zeros(shape)
+    expected[:A.shape[0], :A.shape[1]] = A
+    assert out.flags.c_contiguous and out.shape == shape
+    np.testing.assert_array_equal(out, expected)

@@ -42,7 +42,7 @@ from .compiled_state import (CONVERGED, GROW_ACTIVE, GROW_TRACE, MOVES, PASS_END
                              Data, State, choose, column, flush, record, slots, transposed)
 from .passes import MOVES_PER_COEFFICIENT, REESTIMATE, UPDATE
 
-__all__ = ["supports", "program", "run", "run_many", "bucket", "grow", "power_of_two"]
+__all__ = ["supports", "program", "run", "run_many", "bucket", "grow", "power_of_two", "padded"]
 
 
 
@@ -345,6 +345,25 @@ def power_of_two(n):
     return 1 << max(0, int(math.ceil(math.log2(max(n, 1)))))
 
 
+#: Columns a block of :func:`padded`'s copy of a matrix that is not C-contiguous.
+COPY_BLOCK = 256
+
+
+def padded(A, shape):
+    """``A`` (2-D, any memory layout) in the top-left corner of a C-contiguous zero array of
+    ``shape``. A matrix that is not C-contiguous (a transposed view) is copied in blocks of
+    :data:`COPY_BLOCK` columns, each read from contiguous rows of the array it views: a strided copy
+    of the whole matrix at once reads across the cache for every element."""
+    out = np.zeros(shape)
+    rows, cols = A.shape
+    if A.flags.c_contiguous:
+        out[:rows, :cols] = A
+    else:
+        for j in range(0, cols, COPY_BLOCK):
+            out[:rows, j:min(j + COPY_BLOCK, cols)] = A[:, j:j + COPY_BLOCK]
+    return out
+
+
 def _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact):
     """One fit's kind, :class:`Data` (host NumPy) and sizes (N, M)."""
     kind = CF.kind_of(factor)
@@ -369,9 +388,7 @@ def fit_data(Phi, kind, a0, b0, tol, max_passes, max_moves, exact, factor_arrays
     design = Phi.T if transposed(kind) else Phi  # the layout of Data.design
     shape = (bucket(M), bucket(N)) if transposed(kind) else (bucket(N), bucket(M))
     if design.shape != shape or not design.flags.c_contiguous:
-        padded = np.zeros(shape)
-        padded[:design.shape[0], :design.shape[1]] = design
-        design = padded
+        design = padded(design, shape)
     columns = np.zeros(bucket(M), dtype=bool)
     columns[:M] = True
     squares, t, omega, proj, e0, f0, c, d = factor_arrays(design, N)

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ppl_sbl import basis as _basis
-from ppl_sbl.fast_ard.compiled import OPTIONS, bucket, grow, power_of_two
+from ppl_sbl.fast_ard.compiled import OPTIONS, bucket, grow, padded, power_of_two
 from ppl_sbl.fast_ard.jax_algebra import one_blas_thread
 
 from .compiled_steps import (BAIL, CONVERGED, COUNTS, GROW_ACTIVE, GROW_TRACE, KINDS, PRACTICAL, RUNNING, STOPPED, Data,
@@ -97,8 +97,6 @@ def _data(state, D, sq_norms, *, tol, practical, update_noise, noise_every, max_
           align_tol, max_alignment, rounding, log_alpha_tol, log_noise_tol, joint_max_active):
     N, M = D.shape
     Np, Mp = bucket(N), bucket(M)
-    Dp = np.zeros((Np, Mp))
-    Dp[:N, :M] = D
     y = np.zeros(Np)
     y[:N] = state.y
     Dty = np.zeros(Mp)
@@ -108,7 +106,7 @@ def _data(state, D, sq_norms, *, tol, practical, update_noise, noise_every, max_
     columns = np.zeros(Mp, dtype=bool)
     columns[:M] = True
     f64, i64 = np.float64, np.int64
-    return Data(DT=np.ascontiguousarray(Dp.T), y=y, Dty=Dty, sq=sq, n=f64(N), columns=columns, tol=f64(tol),
+    return Data(DT=padded(D.T, (Mp, Np)), y=y, Dty=Dty, sq=sq, n=f64(N), columns=columns, tol=f64(tol),
                 rounding=f64(rounding), practical=np.bool_(practical), update_noise=np.bool_(update_noise),
                 noise_every=i64(noise_every), max_steps=i64(max_steps), refresh_every=i64(refresh_every or 0),
                 align_tol=f64(align_tol), max_alignment=f64(np.inf if max_alignment is None else max_alignment),
