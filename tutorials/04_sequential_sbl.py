@@ -296,8 +296,9 @@ print(f"max relative |alpha_m - s_m^2 / (q_m^2 - s_m)| over the active functions
 #
 # Each move above is a few vector operations of length $M$ and a rank-one update; on a problem
 # this small the Python loop around them costs more than the arithmetic. `compiled=True` runs
-# the same steps (the same rules, in the same order) as one XLA program, for a dense design
-# matrix: its first call at a size compiles it (seconds; nearby sizes share the program, and
+# the same steps (the same rules, in the same order) as one XLA program, on the design over the
+# samples held as a dense matrix (formed once from a sparse or Kronecker dictionary such as the image
+# fits' below, where it fits in memory): its first call at a size compiles it (seconds; nearby sizes share the program, and
 # `ppl_sbl.compilation_cache()` keeps it on disk), every later call runs without returning to
 # Python between moves. That pays where one fits many problems of one size: kernel widths,
 # folds, bootstraps. Here with the noise re-estimated, so every move is followed by a noise step.
