@@ -265,7 +265,7 @@ OPTIONS = {"xla_cpu_copy_insertion_use_region_analysis": True}
 #: The compiled passes of one fit (:func:`run` calls it until the fit stops): one XLA program per
 #: kind and shape.
 program = functools.partial(jax.jit, static_argnames=("kind",), donate_argnums=(0, 1),
-                             compiler_options=OPTIONS)(_passes)
+                            compiler_options=OPTIONS)(_passes)
 
 #: The host reports a compiled fit's progress about this often (seconds): the program runs as many
 #: passes as it ran in this time before and returns; the host calls it again after the report.

@@ -191,8 +191,8 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=None, max_
     there the tolerance alone would let the fit trade rounding errors for ever.
 
     ``compiled``: run the steps in one compiled XLA program (:mod:`.compiled`, which holds the
-    design over the samples as a dense matrix): the same steps, moves and L to rounding, without the Python loop's cost per step, which
-    dominates small fits. The first call at a new shape compiles the program (kept in JAX's
+    design over the samples as a dense matrix): the same steps, moves and L to rounding, without
+    the Python loop's cost per step, which dominates small fits. The first call at a new shape compiles the program (kept in JAX's
     persistent cache where :func:`ppl_sbl.compilation_cache` has switched it on). Where the host
     schedule would go back to an earlier state (``rollbacks``) or meet statistics that are not
     numbers, the fit is run again by the host schedule. ``trace_seconds`` then holds, for each
@@ -240,8 +240,8 @@ def _compiled(state, *, progress_bar, start, max_steps, **settings):
     if not C.supports(state):
         raise ValueError(f"`compiled=True` forms the design over the samples as a dense matrix, here "
                          f"{C.dense_bytes(state) / 2**20:.0f} MiB, above the limit of "
-                         f"{C.MAX_DENSE_BYTES / 2**20:.0f} MiB (compiled.MAX_DENSE_BYTES) for a dictionary that is not a "
-                         "dense matrix; fit it with `compiled=False`.")
+                         f"{C.MAX_DENSE_BYTES / 2**20:.0f} MiB (compiled.MAX_DENSE_BYTES) for a dictionary "
+                         "that is not a dense matrix; fit it with `compiled=False`.")
     bar = _bar(progress_bar, max_steps)
     out = C.run(state, max_steps=int(max_steps), rounding=max(1e3 * settings["tol"], 1e-10), bar=bar, start=start,
                 log_alpha_tol=LOG_ALPHA_TOL, log_noise_tol=LOG_NOISE_TOL, joint_max_active=JOINT_MAX_ACTIVE, **settings)
