@@ -471,17 +471,21 @@ def test_the_compiled_fit_runs_on_one_blas_thread_and_gives_the_callers_setting_
     assert after == {2}
 
 
+@pytest.mark.parametrize("scale", [None, "row", "column", "scalar"])
 @pytest.mark.parametrize("layout", ["C", "F", "transposed", "strided"])
-def test_padded_copies_any_layout_into_the_corner(layout):
-    """The padded copy of a design (blocks of columns for a layout that is not C-contiguous) is the
-    matrix in the top-left corner of zeros, whatever its layout and however its columns fall on the
-    blocks."""
+def test_padded_copies_any_layout_into_the_corner(layout, scale):
+    """The padded copy of a design (blocks of columns for a layout that is not C-contiguous), its
+    columns or rows scaled on the way where asked, is the matrix (times the scale, the same
+    products) in the top-left corner of zeros, whatever its layout and however its columns fall on
+    the blocks."""
     rng = np.random.default_rng(0)
     base = rng.normal(size=(2 * compiled.COPY_BLOCK + 37, 300))
     A = {"C": base, "F": np.asfortranarray(base), "transposed": base.T, "strided": base[::2, ::3]}[layout]
+    factor = {None: None, "row": rng.uniform(0.5, 2.0, (1, A.shape[1])),
+              "column": rng.uniform(0.5, 2.0, (A.shape[0], 1)), "scalar": 0.3}[scale]
     shape = (A.shape[0] + 5, A.shape[1] + 11)
-    out = compiled.padded(A, shape)
+    out = compiled.padded(A, shape, factor)
     expected = np.zeros(shape)
-    expected[:A.shape[0], :A.shape[1]] = A
+    expected[:A.shape[0], :A.shape[1]] = A if factor is None else A * factor
     assert out.flags.c_contiguous and out.shape == shape
     np.testing.assert_array_equal(out, expected)

@@ -349,36 +349,41 @@ def power_of_two(n):
 COPY_BLOCK = 256
 
 
-def padded(A, shape):
-    """``A`` (2-D, any memory layout) in the top-left corner of a C-contiguous zero array of
+def padded(A, shape, scale=None):
+    """``A`` (2-D, any memory layout), times ``scale`` where given (broadcast against ``A``: a row
+    (1, cols), a column (rows, 1) or a scalar), in the top-left corner of a C-contiguous zero array of
     ``shape``. A matrix that is not C-contiguous (a transposed view) is copied in blocks of
     :data:`COPY_BLOCK` columns, each read from contiguous rows of the array it views: a strided copy
     of the whole matrix at once reads across the cache for every element."""
     out = np.zeros(shape)
     rows, cols = A.shape
-    if A.flags.c_contiguous:
-        out[:rows, :cols] = A
-    else:
-        for j in range(0, cols, COPY_BLOCK):
-            out[:rows, j:min(j + COPY_BLOCK, cols)] = A[:, j:j + COPY_BLOCK]
+    scale = None if scale is None else np.asarray(scale, dtype=np.float64)
+    step = max(cols, 1) if A.flags.c_contiguous else COPY_BLOCK
+    for j in range(0, cols, step):
+        block, target = A[:, j:j + step], out[:rows, j:min(j + step, cols)]
+        if scale is None:
+            target[...] = block
+        else:
+            np.multiply(block, scale[:, j:j + step] if scale.ndim == 2 and scale.shape[1] > 1 else scale,
+                        out=target)
     return out
 
 
-def _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact):
+def _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact, scale=None):
     """One fit's kind, :class:`Data` (host NumPy) and sizes (N, M)."""
     kind = CF.kind_of(factor)
     if kind is None:
         raise ValueError(f"the compiled schedule has no form for a {type(factor).__name__} factor.")
     data, sizes = fit_data(Phi, kind, a0, b0, tol, max_passes, max_moves, exact,
-                           lambda design, N: CF.host_data(factor, kind, design, N), CF.extra(factor, kind))
+                           lambda design, N: CF.host_data(factor, kind, design, N), CF.extra(factor, kind), scale)
     return kind, data, sizes
 
 
-def fit_data(Phi, kind, a0, b0, tol, max_passes, max_moves, exact, factor_arrays, extra=()):
-    """One fit's :class:`Data` (host NumPy) and sizes (N, M): the design in the kind's layout
-    (:func:`transposed`), padded to the sizes of :func:`bucket`; the factor's arrays
-    ``factor_arrays(design, N)`` -> (squares, t, omega, proj, e0, f0, c, d); ``extra`` as
-    :class:`Data`'s."""
+def fit_data(Phi, kind, a0, b0, tol, max_passes, max_moves, exact, factor_arrays, extra=(), scale=None):
+    """One fit's :class:`Data` (host NumPy) and sizes (N, M): the design (its columns times ``scale``,
+    (M,) or a scalar, where given) in the kind's layout (:func:`transposed`), padded to the sizes of
+    :func:`bucket`; the factor's arrays ``factor_arrays(design, N)`` -> (squares, t, omega, proj, e0,
+    f0, c, d); ``extra`` as :class:`Data`'s."""
     Phi = np.asarray(Phi, dtype=np.float64)
     N, M = Phi.shape
     if not b0 > 0:
@@ -387,8 +392,11 @@ def fit_data(Phi, kind, a0, b0, tol, max_passes, max_moves, exact, factor_arrays
     big = np.iinfo(np.int64).max // 4
     design = Phi.T if transposed(kind) else Phi  # the layout of Data.design
     shape = (bucket(M), bucket(N)) if transposed(kind) else (bucket(N), bucket(M))
-    if design.shape != shape or not design.flags.c_contiguous:
-        design = padded(design, shape)
+    if scale is not None:
+        scale = np.asarray(scale, dtype=np.float64)
+        scale = scale[:, None] if transposed(kind) and scale.ndim else scale  # the columns of Phi
+    if scale is not None or design.shape != shape or not design.flags.c_contiguous:
+        design = padded(design, shape, scale)
     columns = np.zeros(bucket(M), dtype=bool)
     columns[:M] = True
     squares, t, omega, proj, e0, f0, c, d = factor_arrays(design, N)
@@ -454,7 +462,7 @@ def host_arrays(tree):
 
 @J.one_blas_thread
 def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capacity=None, trace_length=None,
-        report_interval=REPORT_INTERVAL):
+        report_interval=REPORT_INTERVAL, scale=None):
     """The compiled fast schedule of one output, in the units of
     :func:`ppl_sbl.fast_ard.standard_units`: the arguments and result of
     ``ppl_sbl.fast_ard.schedule._schedule``, the result as the fields of a
@@ -465,8 +473,10 @@ def run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact, capaci
     of two), taken off to the host whenever it fills. ``progress(passes, moves, elbo, active)``,
     where not None, is called at the end of the fit and between calls of the program every
     ``report_interval`` seconds or so (each call runs as many passes as fit in that time; 0: one
-    pass a call, a report after every pass)."""
-    kind, data, (N, M) = _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact)
+    pass a call, a report after every pass). ``scale``: the columns of ``Phi`` multiplied by it ((M,)
+    or a scalar; :func:`ppl_sbl.fast_ard.units.column_scale`) on their way into the program's padded
+    copy, where the caller has not done so."""
+    kind, data, (N, M) = _lane(Phi, factor, a0, b0, tol, max_passes, max_moves, exact, scale)
     cap, length = lengths(M, capacity, trace_length)
     st, buf = empty_state(data, CF.host_state(factor, kind, N, *padded_sizes(data)), cap, length)
     values, events = [], []  # the trace's entries taken off the buffer when it filled

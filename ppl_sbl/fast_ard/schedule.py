@@ -15,7 +15,7 @@ from .algebra import (check_hyperparameters, frozen_optimum, frozen_value, in_mo
                       inverse_and_mean, log_newton_step, scalar_optimum, w_alpha_terms, warm_optimum)
 from .factors import Moments
 from ..priors import is_vague
-from .units import original_units, standard_units
+from .units import column_scale, original_units, standard_units
 from .outputs import NEWTON, MultiFastFit, schedule_outputs
 from .passes import (ADD, MOVES_PER_COEFFICIENT, REESTIMATE, UPDATE, Extrapolation,  # noqa: F401 (its interface)
                      run_passes)
@@ -570,8 +570,11 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
     -------
     FastFit (MultiFastFit for a factor with several outputs).
     """
-    Phi, a0, b0, gain, offset, exact = _checked(Phi, factor, a0, b0, tol, target_scale, entry, vague_only, compiled)
-    if getattr(factor, "num_outputs", None) is not None:
+    outputs = getattr(factor, "num_outputs", None) is not None
+    scaled = not compiled or outputs  # the single-output program scales the design into its padded copy
+    Phi, a0, b0, gain, offset, exact = _checked(Phi, factor, a0, b0, tol, target_scale, entry, vague_only, compiled,
+                                                scaled)
+    if outputs:
         if compiled:
             out = compiled_outputs.run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact)
             fit = MultiFastFit(**dict(out, fits=tuple(FastFit(**f) for f in out["fits"])))
@@ -582,16 +585,18 @@ def schedule(Phi, factor, *, a0=1e-6, b0=1e-6, tol=1e-9, max_passes=1000, max_mo
         return fit._replace(fits=tuple(original_units(f, gain, offset) for f in fit.fits),
                             elbo_trace=fit.elbo_trace + offset)
     if compiled:
-        fit = FastFit(**compiled_schedule.run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact))
+        fit = FastFit(**compiled_schedule.run(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact,
+                                              scale=column_scale(gain, target_scale)))
     else:
         fit = _schedule(Phi, factor, a0, b0, tol, max_passes, max_moves, progress, exact)
     return fit if gain is None and offset == 0.0 else original_units(fit, gain, offset)
 
 
-def _checked(Phi, factor, a0, b0, tol, target_scale, entry, vague_only, compiled):
+def _checked(Phi, factor, a0, b0, tol, target_scale, entry, vague_only, compiled, scaled=True):
     """:func:`schedule`'s checks and units: (Phi, a0, b0, gain, offset) of :func:`standard_units`
-    and the entry rule (``exact``)."""
-    Phi, a0, b0, gain, offset = standard_units(Phi, a0, b0, target_scale)
+    (``scaled=False``: Phi not yet multiplied by :func:`column_scale`) and the entry rule
+    (``exact``)."""
+    Phi, a0, b0, gain, offset = standard_units(Phi, a0, b0, target_scale, scale_design=scaled)
     if not (tol > 0):
         raise ValueError(f"`tol` must be > 0; got {tol!r}.")
     if entry not in (None, "exact", "supported"):

@@ -9,16 +9,18 @@ import numpy as np
 
 from .algebra import check_hyperparameters
 
-__all__ = ["standard_units", "original_units"]
+__all__ = ["standard_units", "column_scale", "original_units"]
 
 
-def standard_units(Phi, a0, b0, target_scale=1.0):
+def standard_units(Phi, a0, b0, target_scale=1.0, scale_design=True):
     """The design in the units the schedule works in, and what maps its fit back.
 
     With one rate per coefficient, column k is multiplied by g_k = sqrt(b0_k / a0): then w'_k =
     w_k / g_k has precision alpha'_k = g_k^2 alpha_k ~ Gamma(a0, a0), one scalar prior for all
     (the same model, reparametrised); with ``target_scale`` s every column is divided by s as
     well. Returns (Phi', a0, b0', g (M,) or None where b0 is a scalar, the ELBO offset -N ln s).
+    ``scale_design=False``: Phi as it is, for a caller that multiplies its columns by
+    :func:`column_scale` itself (the compiled schedule, into its padded copy).
     """
     Phi = np.asarray(Phi)
     N, M = Phi.shape
@@ -37,10 +39,19 @@ def standard_units(Phi, a0, b0, target_scale=1.0):
             raise ValueError("`b0` given per coefficient must be finite and > 0, with `a0` > 0.")
         gain = np.sqrt(rates / a0)
         b0 = a0
-    if gain is not None or s != 1.0:
-        Phi = Phi * ((1.0 if gain is None else gain) / s)
+    if scale_design and (gain is not None or s != 1.0):
+        Phi = Phi * column_scale(gain, s)
     offset = -N * math.log(s) if s != 1.0 else 0.0
     return Phi, a0, b0, gain, offset
+
+
+def column_scale(gain, target_scale):
+    """What :func:`standard_units` multiplies the design's columns by: g_k / s ((M,) or a scalar), or
+    None where that is 1."""
+    s = float(target_scale)
+    if gain is None and s == 1.0:
+        return None
+    return (1.0 if gain is None else gain) / s
 
 
 def original_units(fit, gain, offset):
