@@ -487,5 +487,5 @@ def test_padded_copies_any_layout_into_the_corner(layout, scale):
     out = compiled.padded(A, shape, factor)
     expected = np.zeros(shape)
     expected[:A.shape[0], :A.shape[1]] = A if factor is None else A * factor
-    assert out.flags.c_contiguous and out.shape == shape
+    assert out.flags.c_contiguous and out.shape == shape and out.ctypes.data % compiled.ALIGN == 0
     np.testing.assert_array_equal(out, expected)

@@ -348,14 +348,27 @@ def power_of_two(n):
 #: Columns a block of :func:`padded`'s copy of a matrix that is not C-contiguous.
 COPY_BLOCK = 256
 
+#: Bytes :func:`padded` aligns its array's start to: JAX on a CPU then runs a program on the array's
+#: own memory instead of copying it in (a NumPy array from the allocator starts at 16 bytes).
+ALIGN = 64
+
+
+def _aligned_zeros(shape):
+    """A C-contiguous float64 zero array of ``shape`` whose data start at a multiple of :data:`ALIGN` bytes."""
+    size = math.prod(shape)
+    raw = np.zeros(size + ALIGN // 8)
+    start = (-raw.ctypes.data % ALIGN) // 8
+    return raw[start:start + size].reshape(shape)
+
 
 def padded(A, shape, scale=None):
     """``A`` (2-D, any memory layout), times ``scale`` where given (broadcast against ``A``: a row
     (1, cols), a column (rows, 1) or a scalar), in the top-left corner of a C-contiguous zero array of
-    ``shape``. A matrix that is not C-contiguous (a transposed view) is copied in blocks of
-    :data:`COPY_BLOCK` columns, each read from contiguous rows of the array it views: a strided copy
-    of the whole matrix at once reads across the cache for every element."""
-    out = np.zeros(shape)
+    ``shape``, aligned to :data:`ALIGN` bytes (a compiled program then reads it where it is). A
+    matrix that is not C-contiguous (a transposed view) is copied in blocks of :data:`COPY_BLOCK`
+    columns, each read from contiguous rows of the array it views: a strided copy of the whole
+    matrix at once reads across the cache for every element."""
+    out = _aligned_zeros(shape)
     rows, cols = A.shape
     scale = None if scale is None else np.asarray(scale, dtype=np.float64)
     step = max(cols, 1) if A.flags.c_contiguous else COPY_BLOCK
