@@ -192,8 +192,9 @@ def resume(state: SBLState, *, update_noise=False, noise_every=1, tol=None, max_
 
     ``compiled``: run the steps in one compiled XLA program (:mod:`.compiled`, which holds the
     design over the samples as a dense matrix): the same steps, moves and L to rounding, without
-    the Python loop's cost per step, which dominates small fits. The first call at a new shape compiles the program (kept in JAX's
-    persistent cache where :func:`ppl_sbl.compilation_cache` has switched it on). Where the host
+    the Python loop's cost per step, which dominates small fits. The first call at a new shape
+    compiles the program (kept in JAX's persistent cache where :func:`ppl_sbl.compilation_cache`
+    has switched it on). Where the host
     schedule would go back to an earlier state (``rollbacks``) or meet statistics that are not
     numbers, the fit is run again by the host schedule. ``trace_seconds`` then holds, for each
     entry, the time at which the program call that made it returned.
